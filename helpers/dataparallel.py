@@ -1,0 +1,409 @@
+"""nn.DataParallel, real on >= 2 CUDA GPUs and faithfully emulated on virtual CPU devices otherwise.
+
+Both wrappers *are* `nn.DataParallel` subclasses and run torch's own `DataParallel.forward`
+(scatter -> replicate -> parallel_apply -> gather). The emulation swaps only the data movement
+that torch implements for CUDA alone:
+
+* scatter:   torch's `scatter_kwargs`, whose per-tensor step is `tensor.chunk(n_devices, dim)`
+             (the rule of torch/csrc/cuda/comm.cpp); chunks for devices >= 1 are copies.
+* replicate: torch's `replicate`, with a broadcast whose backward *sums* the replicas'
+             gradients onto device 0 (what ReduceAddCoalesced does on GPUs).
+* parallel_apply: one Python thread per replica, like torch's, carrying grad mode and
+             autocast state into each thread.
+* gather:    `torch.cat` on device 0, unsqueezing scalars exactly like torch's Gather.
+
+Every forward appends a `StepRecord` (chunk sizes, seconds per phase) to `model.steps`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import threading
+import time
+import warnings
+import weakref
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from unittest import mock
+
+import torch
+from torch import nn
+from torch._utils import ExceptionWrapper
+
+# the modules themselves (torch.nn.parallel re-exports functions under the same names)
+replicate_module = importlib.import_module("torch.nn.parallel.replicate")
+scatter_gather = importlib.import_module("torch.nn.parallel.scatter_gather")
+
+from ._validate import positive_int
+
+PHASES = ("scatter", "replicate", "forward", "gather", "backward")
+
+
+def split_sizes(batch_size: int, n_devices: int) -> list[int]:
+    """Rows each device gets when DataParallel splits `batch_size` rows over `n_devices` devices.
+
+    torch scatters with `tensor.chunk(n_devices)`: every chunk has ceil(N / k) rows, the last one
+    what is left, and devices beyond the last chunk get nothing (10 over 3 -> [4, 4, 2], 6 over 4 -> [2, 2, 2]).
+    """
+    positive_int("batch_size", batch_size)
+    positive_int("n_devices", n_devices)
+    rows = math.ceil(batch_size / n_devices)
+    full, rest = divmod(batch_size, rows)
+    return [rows] * full + ([rest] if rest else [])
+
+
+def split_indices(batch_size: int, n_devices: int) -> list[list[int]]:
+    """Which sample indices of the batch each device receives (contiguous slices, in order)."""
+    out, start = [], 0
+    for size in split_sizes(batch_size, n_devices):
+        out.append(list(range(start, start + size)))
+        start += size
+    return out
+
+
+@dataclass
+class StepRecord:
+    """One forward (and its backward) through a DataParallel wrapper."""
+
+    chunk_sizes: list[int]
+    seconds: dict[str, float] = field(default_factory=dict)
+    replica_forward_seconds: list[float] = field(default_factory=list)
+    _backward_start: float | None = None
+    _backward_end: float | None = None
+
+    @property
+    def backward_seconds(self) -> float | None:
+        if self._backward_start is None or self._backward_end is None:
+            return None
+        return self._backward_end - self._backward_start
+
+    def phase_seconds(self) -> dict[str, float]:
+        phases = {name: self.seconds.get(name, 0.0) for name in PHASES[:-1]}
+        phases["backward"] = self.backward_seconds or 0.0
+        return phases
+
+
+class _StepRecorder:
+    """Times torch's four DataParallel phases; mixed into both wrappers."""
+
+    emulated = False
+    _measure: dict | None = None  # set by helpers.memory while it measures one step
+
+    def _init_recorder(self) -> None:
+        self.steps: list[StepRecord] = []
+        self._open: StepRecord | None = None
+        me = weakref.ref(self)  # the hooks live on the module's parameters: do not keep the wrapper alive
+
+        def grad_accumulated(_param):
+            wrapper = me()
+            if wrapper is not None and wrapper._last_backward_step is not None:
+                wrapper._last_backward_step._backward_end = wrapper._clock()
+
+        for p in self.module.parameters():
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(grad_accumulated)
+
+    _last_backward_step: StepRecord | None = None
+
+    @property
+    def primary_device(self) -> torch.device:
+        """Where the training loop must put each batch: device_ids[0]."""
+        return torch.device("cpu") if self.emulated else torch.device("cuda", self.device_ids[0])
+
+    def _clock(self) -> float:
+        if not self.emulated and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @contextmanager
+    def _phase(self, name: str):
+        start = self._clock()
+        yield
+        if self._open is not None:
+            self._open.seconds[name] = self._clock() - start
+
+    def scatter(self, inputs, kwargs, device_ids):
+        with self._phase("scatter"):
+            scattered = super().scatter(inputs, kwargs, device_ids)
+        sizes = [_leading_size(chunk, self.dim) for chunk in scattered[0]] if scattered[0] else []
+        self._open.chunk_sizes = sizes
+        return scattered
+
+    def replicate(self, module, device_ids):
+        with self._phase("replicate"):
+            return super().replicate(module, device_ids)
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        with self._phase("forward"):
+            return super().parallel_apply(replicas, inputs, kwargs)
+
+    def gather(self, outputs, output_device):
+        with self._phase("gather"):
+            gathered = super().gather(outputs, output_device)
+        step = self._open
+        for t in _tensors(gathered):
+            if t.requires_grad:
+                t.register_hook(lambda grad, step=step: self._backward_started(step))
+        return gathered
+
+    def _backward_started(self, step: StepRecord) -> None:
+        if step._backward_start is None:
+            step._backward_start = self._clock()
+        self._last_backward_step = step
+
+    def forward(self, *inputs, **kwargs):
+        self._open = StepRecord(chunk_sizes=[])
+        self.steps.append(self._open)
+        try:
+            return super().forward(*inputs, **kwargs)
+        finally:
+            self._open = None
+
+    def phase_totals(self, last: int | None = None) -> dict[str, float]:
+        """Seconds per phase summed over the recorded steps (the last `last` ones if given)."""
+        steps = self.steps[-last:] if last else self.steps
+        totals = dict.fromkeys(PHASES, 0.0)
+        for step in steps:
+            for name, seconds in step.phase_seconds().items():
+                totals[name] += seconds
+        return totals
+
+
+class TimedDataParallel(_StepRecorder, nn.DataParallel):
+    """The real `nn.DataParallel` (needs >= 1 CUDA device), with per-phase timings."""
+
+    def __init__(self, module: nn.Module, device_ids=None, output_device=None, dim: int = 0):
+        if not torch.cuda.is_available():
+            raise ValueError("device_ids: the real nn.DataParallel needs CUDA devices; use emulate=True on this machine")
+        nn.DataParallel.__init__(self, module, device_ids, output_device, dim)
+        self._init_recorder()
+
+    @property
+    def label(self) -> str:
+        return f"real nn.DataParallel on CUDA devices {self.device_ids}"
+
+
+class EmulatedDataParallel(_StepRecorder, nn.DataParallel):
+    """`nn.DataParallel` on virtual CPU devices: torch's own forward, emulated data movement."""
+
+    emulated = True
+
+    def __init__(self, module: nn.Module, device_ids=(0, 1), output_device=None, dim: int = 0):
+        nn.Module.__init__(self)  # nn.DataParallel.__init__ turns itself off when there is no CUDA
+        device_ids = _check_device_ids(device_ids)
+        if output_device is None:
+            output_device = device_ids[0]
+        if output_device not in device_ids:
+            raise ValueError(f"output_device must be one of device_ids {device_ids}, got {output_device!r}")
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise ValueError(f"dim must be an int, got {dim!r}")
+        for t in list(module.parameters()) + list(module.buffers()):
+            if t.device.type != "cpu":
+                raise ValueError(f"module: the emulation runs on the CPU, found a tensor on {t.device}")
+        self.module = module
+        self.device_ids = device_ids
+        self.output_device = output_device
+        self.dim = dim
+        self.src_device_obj = torch.device("cpu")
+        self._init_recorder()
+
+    @property
+    def label(self) -> str:
+        return f"emulated nn.DataParallel on {len(self.device_ids)} virtual CPU devices"
+
+    def scatter(self, inputs, kwargs, device_ids):
+        with _virtual_collectives():
+            scattered_inputs, scattered_kwargs = super().scatter(inputs, kwargs, device_ids)
+        if self._measure is not None:
+            self._measure["inputs"] = [
+                list(_tensors(args)) + list(_tensors(kw)) for args, kw in zip(scattered_inputs, scattered_kwargs)
+            ]
+        return scattered_inputs, scattered_kwargs
+
+    def replicate(self, module, device_ids):
+        with _virtual_collectives():
+            replicas = super().replicate(module, device_ids)
+        if self._measure is not None:
+            self._measure["replica_tensors"] = [
+                [t for m in r.modules() for t in (*m._former_parameters.values(), *m._buffers.values()) if t is not None]
+                for r in replicas
+            ]
+        return replicas
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        with self._phase("forward"):
+            results, seconds = _threaded_apply(replicas, inputs, kwargs, self._measure)
+        self._open.replica_forward_seconds = seconds
+        if self._measure is not None:
+            self._measure["outputs"] = [sum(t.nbytes for t in _tensors(r)) for r in results]
+        return results
+
+    def gather(self, outputs, output_device):
+        with _virtual_collectives():
+            gathered = super().gather(outputs, output_device)
+        if self._measure is not None:
+            self._measure["gathered"] = sum(t.nbytes for t in _tensors(gathered))
+        return gathered
+
+
+def make_data_parallel(module: nn.Module, device_ids=None, *, emulate: bool | None = None) -> nn.DataParallel:
+    """One line for every machine: the real nn.DataParallel on >= 2 GPUs, the CPU emulation otherwise.
+
+    `emulate=None` decides from the hardware: the real wrapper when at least two GPUs exist and
+    every listed device is one of them, the emulation otherwise (look at `.label`);
+    `emulate=True` forces the emulation, `emulate=False` the real wrapper.
+    """
+    if emulate not in (None, True, False):
+        raise ValueError(f"emulate must be None, True or False, got {emulate!r}")
+    gpus = torch.cuda.device_count()
+    ids = _check_device_ids(device_ids) if device_ids is not None else list(range(gpus)) if gpus >= 2 else [0, 1]
+    if emulate is None:
+        emulate = gpus < 2 or max(ids) >= gpus
+    if emulate:
+        return EmulatedDataParallel(module, device_ids=ids)
+    if max(ids) >= gpus:
+        raise ValueError(f"device_ids {ids}: only {torch.cuda.device_count()} CUDA devices exist")
+    return TimedDataParallel(module.to(f"cuda:{ids[0]}"), device_ids=ids)
+
+
+def _check_device_ids(device_ids) -> list[int]:
+    ids = list(device_ids) if isinstance(device_ids, (list, tuple, range)) else None
+    if not ids or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+        raise ValueError(f"device_ids must be a non-empty list of non-negative ints, got {device_ids!r}")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"device_ids must not repeat a device, got {ids}")
+    return ids
+
+
+def _leading_size(chunk, dim: int) -> int:
+    tensors = list(_tensors(chunk))
+    return tensors[0].size(dim) if tensors else 0
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _tensors(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from _tensors(item)
+
+
+# ---- the emulated collectives -------------------------------------------------------------
+
+
+class _VirtualScatter:
+    @staticmethod
+    def apply(target_gpus, chunk_sizes, dim, tensor):
+        chunks = tensor.chunk(len(target_gpus), dim)  # the rule of torch/csrc/cuda/comm.cpp scatter
+        # device 0 keeps a view of the batch already there; the others receive copies
+        return tuple(c if i == 0 else c.clone() for i, c in enumerate(chunks))
+
+
+class _VirtualGather:
+    @staticmethod
+    def apply(target_device, dim, *outputs):
+        if dim == 0 and all(t.dim() == 0 for t in outputs):
+            warnings.warn(
+                "Was asked to gather along dimension 0, but all input tensors were scalars; "
+                "will instead unsqueeze and return a vector."
+            )
+            outputs = tuple(t.view(1) for t in outputs)
+        return torch.cat(outputs, dim)
+
+
+class _VirtualBroadcast(torch.autograd.Function):
+    """Device 0 shares the original tensors, the others get copies; backward sums onto device 0."""
+
+    @staticmethod
+    def forward(ctx, n_devices, *tensors):
+        ctx.n_inputs = len(tensors)
+        return tuple(t if d == 0 else t.clone() for d in range(n_devices) for t in tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        n = ctx.n_inputs
+        summed = []
+        for i in range(n):
+            parts = [g for g in grads[i::n] if g is not None]
+            summed.append(torch.stack(parts).sum(0) if parts else None)
+        return (None, *summed)
+
+
+def _virtual_broadcast_coalesced_reshape(tensors, devices, detach=False):
+    if not tensors:
+        return []
+    if detach:
+        return [[t if d == 0 else t.detach().clone() for t in tensors] for d in range(len(devices))]
+    copies = _VirtualBroadcast.apply(len(devices), *tensors)
+    n = len(tensors)
+    return [list(copies[i : i + n]) for i in range(0, len(copies), n)]
+
+
+_collectives_lock = threading.RLock()
+
+
+@contextmanager
+def _virtual_collectives():
+    """Point torch's scatter/gather/replicate code at the virtual-device collectives."""
+    with _collectives_lock, mock.patch.object(scatter_gather, "Scatter", _VirtualScatter), mock.patch.object(
+        scatter_gather, "Gather", _VirtualGather
+    ), mock.patch.object(replicate_module, "_broadcast_coalesced_reshape", _virtual_broadcast_coalesced_reshape):
+        yield
+
+
+def _threaded_apply(replicas, inputs, kwargs, measure):
+    """torch's parallel_apply, one thread per virtual device, minus the CUDA streams."""
+    grad_enabled = torch.is_grad_enabled()
+    autocast_on = torch.is_autocast_enabled("cpu")
+    autocast_dtype = torch.get_autocast_dtype("cpu")
+    results: list = [None] * len(replicas)
+    seconds = [0.0] * len(replicas)
+
+    def work(i, module, args, kw):
+        start = time.perf_counter()
+        torch.set_grad_enabled(grad_enabled)
+        try:
+            with torch.autocast("cpu", enabled=autocast_on, dtype=autocast_dtype):
+                with _saved_bytes_meter(measure, i) if measure is not None else nullcontext():
+                    if not isinstance(args, (list, tuple)):
+                        args = (args,)
+                    results[i] = module(*args, **kw)
+        except Exception:
+            results[i] = ExceptionWrapper(where=f"in replica {i} on virtual device {i}")
+        seconds[i] = time.perf_counter() - start
+
+    threads = [threading.Thread(target=work, args=(i, m, a, k)) for i, (m, a, k) in enumerate(zip(replicas, inputs, kwargs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        if isinstance(r, ExceptionWrapper):
+            r.reraise()
+    return results, seconds
+
+
+@contextmanager
+def _saved_bytes_meter(measure: dict, device: int):
+    """Count the bytes autograd saves for backward in this replica's thread (hooks are thread-local).
+
+    Storages are counted once; parameters and the input chunk are excluded (they have their own rows).
+    """
+    excluded = {
+        t.untyped_storage().data_ptr() for t in measure["replica_tensors"][device] + measure["inputs"][device]
+    }
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in excluded:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield
+    measure["activations"][device] = sum(seen.values())

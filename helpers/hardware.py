@@ -1,0 +1,80 @@
+"""What this machine can train on: CPU cores, CUDA GPUs, XLA (TPU) devices."""
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Hardware:
+    cpu_cores: int
+    cuda_devices: list[str] = field(default_factory=list)
+    torch_xla_installed: bool = False
+    tpu_present: bool = False
+    in_colab: bool = False
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.cuda_devices)
+
+    @property
+    def best_device(self) -> str:
+        return "cuda" if self.cuda_devices else "cpu"
+
+    def data_parallel_mode(self) -> str:
+        if self.n_gpus >= 2:
+            return f"real nn.DataParallel over {self.n_gpus} GPUs"
+        return "emulated nn.DataParallel (virtual devices on the CPU)"
+
+    def summary(self) -> str:
+        gpus = ", ".join(f"cuda:{i} {name}" for i, name in enumerate(self.cuda_devices)) or "none"
+        if self.tpu_present:
+            xla = "TPU found" + ("" if self.torch_xla_installed else " (torch_xla missing)")
+        else:
+            xla = "torch_xla installed, no TPU" if self.torch_xla_installed else "torch_xla not installed"
+        lines = [
+            f"torch {torch.__version__}" + (" on Colab" if self.in_colab else ""),
+            f"CPU cores : {self.cpu_cores}",
+            f"CUDA GPUs : {self.n_gpus} ({gpus})",
+            f"XLA / TPU : {xla}",
+            f"Lesson 1 runs: {self.data_parallel_mode()}",
+        ]
+        return "\n".join(lines)
+
+
+def _tpu_present() -> bool:
+    # TPU VMs expose /dev/accel*; older Colab TPU runtimes set COLAB_TPU_ADDR.
+    return bool(os.environ.get("COLAB_TPU_ADDR")) or any(
+        name.startswith("accel") for name in _safe_listdir("/dev")
+    )
+
+
+def _safe_listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def detect() -> Hardware:
+    """Look at the machine without initialising anything expensive (torch_xla is not imported)."""
+    cuda = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return Hardware(
+        cpu_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+        cuda_devices=cuda,
+        torch_xla_installed=importlib.util.find_spec("torch_xla") is not None,
+        tpu_present=_tpu_present(),
+        in_colab=importlib.util.find_spec("google.colab") is not None if _has_google() else False,
+    )
+
+
+def _has_google() -> bool:
+    return importlib.util.find_spec("google") is not None
+
+
+def print_summary() -> Hardware:
+    hw = detect()
+    print(hw.summary())
+    return hw

@@ -1,0 +1,133 @@
+"""Per-device memory of one DataParallel training step.
+
+On the CPU emulation the report is a ledger built from the tensors each virtual device holds
+during the step (an upper bound on its peak: every row is counted as if alive at once).
+With real GPUs it is `torch.cuda.max_memory_allocated` per device. Both carry their `source`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .dataparallel import EmulatedDataParallel, TimedDataParallel, _tensors
+
+CATEGORIES = (
+    "parameters",
+    "gradients",
+    "optimizer state",
+    "activations",
+    "inputs",
+    "outputs",
+    "gathered outputs",
+    "loss",
+)
+EMULATED = "emulated on CPU (ledger of the tensors each virtual device holds)"
+MEASURED = "measured on CUDA (torch.cuda.max_memory_allocated per device)"
+
+
+@dataclass
+class MemoryReport:
+    per_device: list[dict[str, int]]  # bytes by category, one dict per device
+    source: str
+
+    @property
+    def emulated(self) -> bool:
+        return self.source == EMULATED
+
+    def totals(self) -> list[int]:
+        return [sum(rows.values()) for rows in self.per_device]
+
+    @property
+    def primary_extra_bytes(self) -> int:
+        """Bytes device 0 holds beyond the busiest other device."""
+        totals = self.totals()
+        return totals[0] - max(totals[1:], default=totals[0])
+
+    @property
+    def imbalance_ratio(self) -> float:
+        totals = self.totals()
+        others = max(totals[1:], default=totals[0])
+        return totals[0] / others if others else float("inf")
+
+    def table(self) -> str:
+        names = list(self.per_device[0])
+        width = max(len(n) for n in names + ["total"])
+        head = " " * width + "".join(f"{'device ' + str(i):>14}" for i in range(len(self.per_device)))
+        rows = [f"{n:<{width}}" + "".join(f"{d[n]:>14,}" for d in self.per_device) for n in names]
+        rows.append(f"{'total':<{width}}" + "".join(f"{t:>14,}" for t in self.totals()))
+        return "\n".join([f"bytes per device, {self.source}", head, *rows])
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.nbytes for t in tensors)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    return sum(_nbytes(_tensors(state)) for state in optimizer.state.values())
+
+
+def measure_step(model: nn.DataParallel, optimizer: torch.optim.Optimizer, inputs, targets, loss_fn) -> MemoryReport:
+    """Run one training step (zero_grad, forward, loss, backward, step) and report memory per device."""
+    if not isinstance(model, (EmulatedDataParallel, TimedDataParallel)):
+        raise ValueError("model must come from helpers.dataparallel.make_data_parallel")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if not callable(loss_fn):
+        raise ValueError("loss_fn must be callable")
+    if isinstance(model, TimedDataParallel):
+        return _measure_cuda(model, optimizer, inputs, targets, loss_fn)
+    return _measure_emulated(model, optimizer, inputs, targets, loss_fn)
+
+
+def _train_step(model, optimizer, inputs, targets, loss_fn):
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model(inputs), targets)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def _measure_emulated(model, optimizer, inputs, targets, loss_fn) -> MemoryReport:
+    measure = {"activations": {}}
+    model._measure = measure
+    try:
+        loss = _train_step(model, optimizer, inputs, targets, loss_fn)
+    finally:
+        model._measure = None
+    module = model.module
+    param_bytes = _nbytes(module.parameters()) + _nbytes(module.buffers())
+    trainable_bytes = _nbytes(p for p in module.parameters() if p.requires_grad)
+    n_replicas = len(measure["outputs"])
+    per_device = []
+    for d in range(len(model.device_ids)):
+        rows = dict.fromkeys(CATEGORIES, 0)
+        if d < n_replicas:
+            rows["parameters"] = param_bytes
+            rows["activations"] = measure["activations"][d]
+            rows["outputs"] = measure["outputs"][d]
+            if d == 0:
+                rows["gradients"] = _nbytes(p.grad for p in module.parameters() if p.grad is not None)
+                rows["optimizer state"] = optimizer_state_bytes(optimizer)
+                rows["inputs"] = _nbytes(_tensors(inputs)) + _nbytes(_tensors(targets))
+                rows["gathered outputs"] = measure["gathered"]
+                rows["loss"] = loss.nbytes
+            else:
+                rows["gradients"] = trainable_bytes  # computed here, then reduced onto device 0
+                rows["inputs"] = _nbytes(measure["inputs"][d])
+        per_device.append(rows)
+    return MemoryReport(per_device, EMULATED)
+
+
+def _measure_cuda(model, optimizer, inputs, targets, loss_fn) -> MemoryReport:
+    for d in model.device_ids:
+        torch.cuda.reset_peak_memory_stats(d)
+    _train_step(model, optimizer, inputs, targets, loss_fn)
+    torch.cuda.synchronize()
+    per_device = [{"peak allocated": torch.cuda.max_memory_allocated(d)} for d in model.device_ids]
+    return MemoryReport(per_device, MEASURED)

@@ -1,0 +1,81 @@
+"""The lessons' figures (matplotlib). Each function draws on `ax` if given and returns the Axes."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from .dataparallel import PHASES, split_sizes
+
+
+def _axes(ax, figsize=(6, 3)):
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+def plot_split(batch_size: int, n_devices: int, ax=None):
+    """Which rows of the batch each device receives (torch's chunk rule)."""
+    sizes = split_sizes(batch_size, n_devices)
+    ax = _axes(ax, (7, 0.6 + 0.45 * n_devices))
+    start = 0
+    for device in range(n_devices):
+        size = sizes[device] if device < len(sizes) else 0
+        if size:
+            ax.barh(device, size, left=start, color=f"C{device}")
+            ax.text(start + size / 2, device, f"{start}..{start + size - 1}", ha="center", va="center", color="white")
+        else:
+            ax.text(0, device, "  no rows: no replica", va="center", color="grey")
+        start += size
+    ax.set_yticks(range(n_devices), [f"device {d}" for d in range(n_devices)])
+    ax.invert_yaxis()
+    ax.set_xlim(0, batch_size)
+    ax.set_xlabel("sample index in the batch")
+    ax.set_title(f"batch of {batch_size} over {n_devices} devices: {sizes}")
+    return ax
+
+
+def plot_memory(report, ax=None, title: str | None = None):
+    """Stacked bars of bytes per device and category, labelled with the report's source."""
+    ax = _axes(ax, (6, 3.5))
+    devices = range(len(report.per_device))
+    bottom = [0] * len(report.per_device)
+    for i, name in enumerate(report.per_device[0]):
+        values = [rows[name] / 1024 for rows in report.per_device]
+        if any(values):
+            ax.bar(devices, values, bottom=bottom, label=name, color=f"C{i}")
+            bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xticks(list(devices), [f"device {d}" for d in devices])
+    ax.set_ylabel("KiB")
+    ax.set_title(title or "memory per device", fontsize=10)
+    ax.text(0.99, 0.98, report.source.split(" (")[0], transform=ax.transAxes, ha="right", va="top", fontsize=8, style="italic")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, frameon=False)
+    return ax
+
+
+def plot_phases(phase_seconds: dict[str, dict[str, float]], ax=None):
+    """Horizontal stacked bars of seconds per DataParallel phase, one bar per labelled run."""
+    ax = _axes(ax, (7, 0.8 + 0.6 * len(phase_seconds)))
+    for row, (label, phases) in enumerate(phase_seconds.items()):
+        total = sum(phases.values()) or 1.0
+        left = 0.0
+        for i, name in enumerate(PHASES):
+            share = phases.get(name, 0.0) / total
+            ax.barh(row, share, left=left, color=f"C{i}", label=name if row == 0 else None)
+            if share > 0.08:
+                ax.text(left + share / 2, row, f"{share:.0%}", ha="center", va="center", color="white", fontsize=8)
+            left += share
+    ax.set_yticks(range(len(phase_seconds)), list(phase_seconds))
+    ax.invert_yaxis()
+    ax.set_xlabel("share of the step's time")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=5, frameon=False)
+    return ax
+
+
+def plot_losses(curves: dict[str, list[float]], ax=None):
+    ax = _axes(ax)
+    for label, losses in curves.items():
+        ax.plot(losses, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend()
+    return ax
