@@ -1,0 +1,41 @@
+"""nbgrader configuration of the course.
+
+The course root is the repository root: `solutions/` holds the instructor sources (one assignment
+folder per lesson), `notebooks/` the released student versions. The gradebook (gradebook.db) and
+submitted/, autograded/, feedback/ live at the root too and stay out of git.
+
+Use it through `make release` / `make grade` (graders/pipeline.py), or by hand from the root:
+    nbgrader <command> --config=graders/nbgrader_config.py ...
+"""
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from graders.redact import RedactHiddenTests  # noqa: E402
+
+c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
+
+c.CourseDirectory.root = ROOT
+c.CourseDirectory.course_id = "multi-device-course"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+c.CourseDirectory.submitted_directory = "submitted"
+c.CourseDirectory.autograded_directory = "autograded"
+c.CourseDirectory.feedback_directory = "feedback"
+
+# A student who deletes a test cell gets it back from the gradebook instead of escaping it.
+c.OverwriteCells.add_missing_cells = True
+
+# Each cell of a submission may run this long; an infinite loop then fails one cell, not the batch.
+c.Execute.timeout = int(os.environ.get("GRADER_CELL_TIMEOUT", "300"))
+c.Execute.interrupt_on_timeout = True
+
+# Feedback: nbgrader shows hidden tests by default. Remove them and their tracebacks.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    RedactHiddenTests,
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
