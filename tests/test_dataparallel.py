@@ -1,0 +1,232 @@
+"""The DataParallel emulation against torch: split rule, gradients, structure handling, records."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from helpers import dataparallel as dp
+from helpers import models
+
+
+def test_split_sizes_equal_torch_chunk_exhaustively():
+    for n in range(1, 257):
+        rows = torch.arange(n)
+        for k in range(1, 17):
+            assert dp.split_sizes(n, k) == [len(c) for c in rows.chunk(k)], (n, k)
+
+
+def test_split_sizes_known_uneven_cases():
+    assert dp.split_sizes(64, 2) == [32, 32]
+    assert dp.split_sizes(10, 3) == [4, 4, 2]  # not tensor_split's [4, 3, 3]
+    assert dp.split_sizes(7, 4) == [2, 2, 2, 1]
+    assert dp.split_sizes(6, 4) == [2, 2, 2]  # only 3 replicas
+    assert dp.split_sizes(2, 4) == [1, 1]
+
+
+def test_split_indices_are_the_chunks_of_arange():
+    for n in range(1, 40):
+        for k in range(1, 9):
+            assert dp.split_indices(n, k) == [c.tolist() for c in torch.arange(n).chunk(k)]
+
+
+@pytest.mark.parametrize("args", [(0, 2), (-1, 2), (4, 0), (4.0, 2), (4, 2.5), (True, 2), ("4", 2), (None, 2)])
+def test_split_sizes_rejects_bad_arguments(args):
+    with pytest.raises(ValueError, match="batch_size|n_devices"):
+        dp.split_sizes(*args)
+
+
+def _pair(model_fn, seed=0, **kwargs):
+    return models.seeded(model_fn, seed, **kwargs), models.seeded(model_fn, seed, **kwargs)
+
+
+@pytest.mark.parametrize("n, k", [(64, 2), (10, 3), (7, 4), (6, 4), (2, 4), (5, 1), (33, 5)])
+def test_emulated_gradients_equal_full_batch(n, k):
+    ref, inner = _pair(models.MLP, in_features=8, hidden=16, out_features=3)
+    wrapped = dp.make_data_parallel(inner, device_ids=list(range(k)), emulate=True)
+    x, y = torch.randn(n, 8), torch.randn(n, 3)
+    F.mse_loss(ref(x), y).backward()
+    out = wrapped(x)
+    assert torch.allclose(out, ref(x), atol=1e-6)
+    F.mse_loss(out, y).backward()
+    for a, b in zip(ref.parameters(), inner.parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6)
+    assert wrapped.steps[-1].chunk_sizes == dp.split_sizes(n, k)
+
+
+def test_emulated_gradients_cnn_cross_entropy():
+    ref, inner = _pair(models.SmallCNN, channels=3, n_classes=5, width=4, size=8)
+    wrapped = dp.make_data_parallel(inner, device_ids=[0, 1, 2], emulate=True)
+    x, y = torch.randn(10, 3, 8, 8), torch.randint(0, 5, (10,))
+    F.cross_entropy(ref(x), y).backward()
+    F.cross_entropy(wrapped(x), y).backward()
+    for a, b in zip(ref.parameters(), inner.parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6)
+
+
+def test_batchnorm_running_stats_come_from_replica_zero_like_real_dataparallel():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    wrapped = dp.make_data_parallel(net, device_ids=[0, 1], emulate=True)
+    x = torch.randn(8, 4)
+    expected = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    expected.load_state_dict(net.state_dict())
+    expected(x[:4])  # only device 0's chunk updates the original buffers
+    wrapped(x)
+    assert torch.allclose(net[1].running_mean, expected[1].running_mean)
+    assert net[1].num_batches_tracked.item() == 1
+
+
+def test_state_dict_keys_equal_nn_dataparallel():
+    inner = models.MLP()
+    assert list(dp.make_data_parallel(inner, emulate=True).state_dict()) == list(nn.DataParallel(inner).state_dict())
+    assert isinstance(dp.make_data_parallel(inner, emulate=True), nn.DataParallel)
+
+
+class _TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x, extra=None, scale=1.0):
+        out = self.lin(x) * scale
+        if extra is not None:
+            out = out + extra["bias"]
+        return out, {"sum": out.sum(1)}
+
+
+def test_tuple_dict_kwargs_and_nested_outputs_follow_torch_scatter_gather():
+    torch.manual_seed(0)
+    net = _TwoInputs()
+    wrapped = dp.make_data_parallel(net, device_ids=[0, 1, 2], emulate=True)
+    x, bias = torch.randn(7, 3), torch.randn(7, 2)
+    out, extra = wrapped(x, extra={"bias": bias}, scale=2.0)
+    ref_out, ref_extra = net(x, extra={"bias": bias}, scale=2.0)
+    assert torch.allclose(out, ref_out) and torch.allclose(extra["sum"], ref_extra["sum"])
+    assert wrapped.steps[-1].chunk_sizes == [3, 3, 1]
+
+
+def test_scalar_outputs_are_unsqueezed_with_torchs_warning():
+    class Scalar(nn.Module):
+        def forward(self, x):
+            return x.sum()
+
+    wrapped = dp.make_data_parallel(Scalar(), device_ids=[0, 1], emulate=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = wrapped(torch.ones(4, 2))
+    assert out.tolist() == [4.0, 4.0]
+    assert any("all input tensors were scalars" in str(w.message) for w in caught)
+
+
+def test_replicas_run_in_threads_of_one_process():
+    import os
+    import threading
+
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append((os.getpid(), threading.get_ident()))
+            return x
+
+    dp.make_data_parallel(Probe(), device_ids=[0, 1, 2], emulate=True)(torch.zeros(6, 1))
+    assert len(seen) == 3
+    assert {pid for pid, _ in seen} == {os.getpid()}
+    assert threading.get_ident() not in {tid for _, tid in seen}
+
+
+def test_error_in_a_replica_is_raised_in_the_caller():
+    class Fails(nn.Module):
+        def forward(self, x):
+            if x.shape[0] == 1:
+                raise KeyError("boom")
+            return x
+
+    with pytest.raises(KeyError, match="boom"):
+        dp.make_data_parallel(Fails(), device_ids=[0, 1], emulate=True)(torch.zeros(3, 1))
+
+
+def test_autocast_and_no_grad_reach_the_replica_threads():
+    net = models.MLP(in_features=4, hidden=8, out_features=2)
+    wrapped = dp.make_data_parallel(net, device_ids=[0, 1], emulate=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert wrapped(torch.randn(4, 4)).dtype == torch.bfloat16
+    with torch.no_grad():
+        assert not wrapped(torch.randn(4, 4)).requires_grad
+
+
+def test_single_device_and_tiny_batches():
+    net = models.MLP(in_features=4, out_features=2)
+    one = dp.make_data_parallel(net, device_ids=[0], emulate=True)
+    assert one(torch.randn(5, 4)).shape == (5, 2)
+    four = dp.make_data_parallel(net, device_ids=[0, 1, 2, 3], emulate=True)
+    assert four(torch.randn(2, 4)).shape == (2, 2)
+    assert four.steps[-1].chunk_sizes == [1, 1]
+
+
+def test_phase_times_are_recorded_for_each_step():
+    net = models.MLP(in_features=4, out_features=2)
+    wrapped = dp.make_data_parallel(net, device_ids=[0, 1], emulate=True)
+    for _ in range(3):
+        wrapped.zero_grad()
+        F.mse_loss(wrapped(torch.randn(8, 4)), torch.randn(8, 2)).backward()
+    assert len(wrapped.steps) == 3
+    for step in wrapped.steps:
+        phases = step.phase_seconds()
+        assert set(phases) == set(dp.PHASES)
+        assert all(seconds > 0 for seconds in phases.values()), phases
+        assert len(step.replica_forward_seconds) == 2
+    totals = wrapped.phase_totals(last=2)
+    assert totals["forward"] == pytest.approx(sum(s.phase_seconds()["forward"] for s in wrapped.steps[-2:]))
+
+
+def test_automatic_choice_and_labels():
+    wrapped = dp.make_data_parallel(models.MLP())
+    if torch.cuda.device_count() < 2:
+        assert wrapped.emulated and "emulated" in wrapped.label
+        assert wrapped.primary_device == torch.device("cpu")
+    assert wrapped.device_ids == ([0, 1] if torch.cuda.device_count() < 2 else list(range(torch.cuda.device_count())))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(device_ids=[]), "device_ids"),
+        (dict(device_ids=[0, 0]), "device_ids"),
+        (dict(device_ids=[0, -1]), "device_ids"),
+        (dict(device_ids="01"), "device_ids"),
+        (dict(device_ids=[0, 1.0]), "device_ids"),
+        (dict(emulate="yes"), "emulate"),
+    ],
+)
+def test_make_data_parallel_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        dp.make_data_parallel(models.MLP(), **kwargs)
+
+
+def test_emulation_rejects_bad_output_device_and_dim():
+    with pytest.raises(ValueError, match="output_device"):
+        dp.EmulatedDataParallel(models.MLP(), device_ids=[0, 1], output_device=3)
+    with pytest.raises(ValueError, match="dim"):
+        dp.EmulatedDataParallel(models.MLP(), device_ids=[0, 1], dim="0")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_real_wrapper_refuses_without_cuda():
+    with pytest.raises(ValueError, match="CUDA"):
+        dp.make_data_parallel(models.MLP(), emulate=False)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_real_dataparallel_matches_emulation_on_gpus():
+    ref, inner = _pair(models.MLP, in_features=8, hidden=16, out_features=3)
+    real = dp.make_data_parallel(inner, device_ids=[0, 1], emulate=False)
+    x, y = torch.randn(10, 8), torch.randn(10, 3)
+    F.mse_loss(ref(x), y).backward()
+    F.mse_loss(real(x.cuda()), y.cuda()).backward()
+    for a, b in zip(ref.parameters(), inner.parameters()):
+        assert torch.allclose(a.grad, b.grad.cpu(), atol=1e-5)
+    assert real.steps[-1].chunk_sizes == [5, 5]

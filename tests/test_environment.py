@@ -1,0 +1,49 @@
+"""The environment files agree with each other, and the README's commands are what CI runs."""
+
+import re
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _pins(lines):
+    pins = {}
+    for line in lines:
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, rest = line.split("==", 1)
+            pins[re.sub(r"[-_.]+", "-", name.strip().lower())] = rest.strip()
+    return pins
+
+
+def requirements():
+    return _pins((REPO / "requirements.txt").read_text().splitlines())
+
+
+def test_environment_yml_has_the_same_pins_as_requirements():
+    text = (REPO / "environment.yml").read_text()
+    pip_section = [line.strip()[2:] for line in text.split("- pip:")[1].splitlines() if line.strip().startswith("- ")]
+    assert _pins(pip_section) == requirements()
+    assert "python=3.11" in text
+
+
+def test_every_requirement_is_pinned_exactly_and_locked():
+    lines = [l for l in (REPO / "requirements.txt").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert all("==" in l for l in lines), "pin every requirement with =="
+    lock = _pins((REPO / "requirements.lock").read_text().splitlines())
+    for name, version in requirements().items():
+        assert lock.get(name) == version, f"{name} differs between requirements.txt and requirements.lock"
+    assert requirements()["torch"] == "2.9.0" and requirements()["torch-xla"].startswith("2.9.0;")
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    assert "make lab" in readme and "make test" in readme
+    ci = (REPO / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, re.M)
+
+
+def test_package_metadata():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "torch" not in " ".join(project["dependencies"]), "never make Colab reinstall its torch"

@@ -1,0 +1,48 @@
+"""The README's commands: `make lab` really serves the course; setup is idempotent."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_setup_is_up_to_date_after_a_run():
+    # `make test` ran the setup before these tests: a second setup must have nothing to do
+    assert subprocess.run(["make", "-q", "setup"], cwd=REPO).returncode == 0
+
+
+def test_make_lab_serves_the_course():
+    port = _free_port()
+    args = f"--no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token= --ServerApp.password="
+    proc = subprocess.Popen(["make", "lab", f"LAB_ARGS={args}"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/notebooks/01-dataparallel", timeout=5) as r:
+                    listing = json.load(r)
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+                assert time.time() < deadline, "JupyterLab did not answer within 90 s"
+                time.sleep(1)
+        assert "01-dataparallel.ipynb" in {item["name"] for item in listing["content"]}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/kernelspecs", timeout=5) as r:
+            assert "python3" in json.load(r)["kernelspecs"]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)

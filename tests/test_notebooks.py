@@ -1,0 +1,114 @@
+"""The lesson sources and their released student versions: structure, sync, no leaks."""
+
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from graders import pipeline
+
+REPO = Path(__file__).resolve().parent.parent
+LESSONS = pipeline.lessons(REPO)
+SOLUTION_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+
+
+def _source(lesson):
+    return nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+
+
+def _released(lesson):
+    return nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+
+
+def _nbgrader(cell):
+    return cell.metadata.get("nbgrader", {})
+
+
+def test_there_is_a_lesson_per_folder():
+    assert "01-dataparallel" in LESSONS
+    assert sorted(p.name for p in (REPO / "notebooks").iterdir()) == LESSONS
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_sources_are_clean_and_valid(lesson):
+    nb = _source(lesson)
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "python3"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, "commit sources without outputs"
+    ids = [_nbgrader(c)["grade_id"] for c in nb.cells if _nbgrader(c)]
+    assert len(ids) == len(set(ids)), "grade_ids must be unique"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_at_least_six_graded_exercises_each_with_hidden_tests(lesson):
+    nb = _source(lesson)
+    tests = [c for c in nb.cells if _nbgrader(c).get("grade") and c.cell_type == "code"]
+    assert len(tests) >= 6
+    for cell in tests:
+        meta = _nbgrader(cell)
+        assert meta["locked"] and meta["points"] > 0
+        assert "BEGIN HIDDEN TESTS" in cell.source, f"{meta['grade_id']} has no hidden tests"
+        visible = cell.source.split("### BEGIN HIDDEN TESTS")[0]
+        assert "assert" in visible, f"{meta['grade_id']} gives no immediate feedback"
+    solutions = [c for c in nb.cells if _nbgrader(c).get("solution")]
+    assert len(solutions) >= 6 and all("### BEGIN SOLUTION" in c.source for c in solutions)
+
+
+def test_release_is_in_sync_and_reproducible(tmp_path):
+    shutil.copytree(REPO / "solutions", tmp_path / "solutions")
+    pipeline.release(tmp_path)
+    first = {p.name: p.read_bytes() for p in (tmp_path / "notebooks").glob("*/*.ipynb")}
+    pipeline.release(tmp_path)
+    for lesson in LESSONS:
+        fresh = (tmp_path / "notebooks" / lesson / f"{lesson}.ipynb").read_bytes()
+        assert fresh == first[f"{lesson}.ipynb"], "make release is not byte-reproducible"
+        committed = (REPO / "notebooks" / lesson / f"{lesson}.ipynb").read_bytes()
+        assert fresh == committed, f"notebooks/{lesson} is out of sync with solutions/: run `make release`"
+
+
+def _split_lines(cell):
+    """(secret, public) lines of a source cell: inside solution/hidden-test regions, or outside."""
+    inside, secret, public = False, [], []
+    for line in cell.source.splitlines():
+        if "BEGIN SOLUTION" in line or "BEGIN HIDDEN TESTS" in line:
+            inside = True
+        elif "END SOLUTION" in line or "END HIDDEN TESTS" in line:
+            inside = False
+        else:
+            (secret if inside else public).append(line.strip())
+    return secret, public
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_released_notebooks_leak_nothing(lesson):
+    released = _released(lesson)
+    text = "\n".join(c.source for c in released.cells)
+    for marker in SOLUTION_MARKERS:
+        assert marker not in text
+    split = [_split_lines(c) for c in _source(lesson).cells]
+    public = {line for _, lines in split for line in lines}
+    secret = [line for lines, _ in split for line in lines if len(line) > 12 and line not in public]
+    assert secret, "the source has solutions and hidden tests"
+    for line in secret:
+        assert line not in text, f"released notebook contains solution or hidden-test text: {line!r}"
+    stubs = [c for c in released.cells if _nbgrader(c).get("solution")]
+    assert stubs and all("raise NotImplementedError()" in c.source for c in stubs)
+    assert all(not c.get("outputs") for c in released.cells if c.cell_type == "code")
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_setup_cell_installs_from_the_one_repository_url(lesson):
+    url = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    nb = _source(lesson)
+    setup = next(c for c in nb.cells if "COURSE_REPO =" in c.source)
+    assert f'COURSE_REPO = "{url}"' in setup.source and "hardware.print_summary()" in setup.source
+    badge = nb.cells[0].source
+    slug = url.removeprefix("https://github.com/")
+    assert f"colab.research.google.com/github/{slug}/blob/main/notebooks/{lesson}/{lesson}.ipynb" in badge
+    urls = set(re.findall(r"https://github\.com/[\w.-]+/[\w.-]+", "\n".join(c.source for c in nb.cells)))
+    assert urls == {url}
