@@ -27,7 +27,7 @@ def plot_split(batch_size: int, n_devices: int, ax=None):
             ax.text(0, device, "  no rows: no replica", va="center", color="grey")
         start += size
     ax.set_yticks(range(n_devices), [f"device {d}" for d in range(n_devices)])
-    ax.invert_yaxis()
+    ax.set_ylim(n_devices - 0.5, -0.5)  # device 0 on top, every row fully visible
     ax.set_xlim(0, batch_size)
     ax.set_xlabel("sample index in the batch")
     ax.set_title(f"batch of {batch_size} over {n_devices} devices: {sizes}")

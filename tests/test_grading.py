@@ -130,9 +130,10 @@ def test_kernel_crash_is_reported_and_the_batch_goes_on(graded):
 
 def test_feedback_hides_the_hidden_tests(graded):
     root, _, _ = graded
-    hidden = [line.strip() for c in _solution().cells if "BEGIN HIDDEN TESTS" in c.source
-              for line in c.source.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0].splitlines()
-              if len(line.strip()) > 15]
+    cells = [c.source for c in _solution().cells]
+    regions = [s.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0] for s in cells if "BEGIN HIDDEN" in s]
+    public = {line.strip() for s in cells for line in s.split("### BEGIN HIDDEN TESTS")[0].splitlines()}
+    hidden = [line.strip() for r in regions for line in r.splitlines() if len(line.strip()) > 15 and line.strip() not in public]
     assert hidden
     for student in ("full", "blank", "wrong_quiz"):
         page = (root / "feedback" / student / LESSON / f"{LESSON}.html").read_text()
