@@ -35,6 +35,7 @@ from torch._utils import ExceptionWrapper
 replicate_module = importlib.import_module("torch.nn.parallel.replicate")
 scatter_gather = importlib.import_module("torch.nn.parallel.scatter_gather")
 
+from ._saved import saved_bytes
 from ._validate import positive_int
 
 PHASES = ("scatter", "replicate", "forward", "gather", "backward")
@@ -368,10 +369,16 @@ def _threaded_apply(replicas, inputs, kwargs, measure):
         torch.set_grad_enabled(grad_enabled)
         try:
             with torch.autocast("cpu", enabled=autocast_on, dtype=autocast_dtype):
-                with _saved_bytes_meter(measure, i) if measure is not None else nullcontext():
+                if measure is None:
+                    meter = nullcontext({})
+                else:  # parameters and the input chunk have rows of their own in the ledger
+                    meter = saved_bytes(measure["replica_tensors"][i] + measure["inputs"][i])
+                with meter as saved:
                     if not isinstance(args, (list, tuple)):
                         args = (args,)
                     results[i] = module(*args, **kw)
+                if measure is not None:
+                    measure["activations"][i] = saved["bytes"]
         except Exception:
             results[i] = ExceptionWrapper(where=f"in replica {i} on virtual device {i}")
         seconds[i] = time.perf_counter() - start
@@ -385,25 +392,3 @@ def _threaded_apply(replicas, inputs, kwargs, measure):
         if isinstance(r, ExceptionWrapper):
             r.reraise()
     return results, seconds
-
-
-@contextmanager
-def _saved_bytes_meter(measure: dict, device: int):
-    """Count the bytes autograd saves for backward in this replica's thread (hooks are thread-local).
-
-    Storages are counted once; parameters and the input chunk are excluded (they have their own rows).
-    """
-    excluded = {
-        t.untyped_storage().data_ptr() for t in measure["replica_tensors"][device] + measure["inputs"][device]
-    }
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in excluded:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        yield
-    measure["activations"][device] = sum(seen.values())

@@ -28,6 +28,11 @@ class Hardware:
             return f"real nn.DataParallel over {self.n_gpus} GPUs"
         return "emulated nn.DataParallel (virtual devices on the CPU)"
 
+    def ddp_mode(self, n_procs: int = 2) -> str:
+        if self.n_gpus >= n_procs:
+            return f"nccl, one GPU per process ({n_procs} processes)"
+        return f"gloo, CPU processes ({n_procs} processes, {max(1, self.cpu_cores // n_procs)} threads each)"
+
     def summary(self) -> str:
         gpus = ", ".join(f"cuda:{i} {name}" for i, name in enumerate(self.cuda_devices)) or "none"
         if self.tpu_present:
@@ -39,7 +44,8 @@ class Hardware:
             f"CPU cores : {self.cpu_cores}",
             f"CUDA GPUs : {self.n_gpus} ({gpus})",
             f"XLA / TPU : {xla}",
-            f"Lesson 1 runs: {self.data_parallel_mode()}",
+            f"DataParallel: {self.data_parallel_mode()}",
+            f"DDP         : {self.ddp_mode()}",
         ]
         return "\n".join(lines)
 

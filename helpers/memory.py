@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ._saved import saved_bytes
 from .dataparallel import EmulatedDataParallel, TimedDataParallel, _tensors
 
 CATEGORIES = (
@@ -131,3 +132,40 @@ def _measure_cuda(model, optimizer, inputs, targets, loss_fn) -> MemoryReport:
     torch.cuda.synchronize()
     per_device = [{"peak allocated": torch.cuda.max_memory_allocated(d)} for d in model.device_ids]
     return MemoryReport(per_device, MEASURED)
+
+
+DDP_CATEGORIES = ("parameters", "gradients", "all-reduce buckets", "optimizer state", "activations", "inputs",
+                  "outputs", "loss")
+
+
+def ddp_rank_bytes(ddp_model, optimizer: torch.optim.Optimizer, inputs, targets, loss_fn=None) -> dict[str, int]:
+    """Bytes one DDP rank holds in a forward + backward on its own batch (call it on every rank:
+    backward all-reduces). On CUDA: {"peak allocated": ...}; on the CPU, a ledger like DataParallel's."""
+    if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
+        raise ValueError(f"ddp_model must be a DistributedDataParallel, got {type(ddp_model).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    loss_fn = loss_fn or nn.functional.mse_loss
+    module = ddp_model.module
+    if inputs.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(inputs.device)
+        loss_fn(ddp_model(inputs), targets).backward()
+        torch.cuda.synchronize(inputs.device)
+        return {"peak allocated": torch.cuda.max_memory_allocated(inputs.device)}
+    params = list(module.parameters())
+    with saved_bytes(params + [inputs]) as saved:  # the forward, as for a DataParallel replica
+        outputs = ddp_model(inputs)
+    loss = loss_fn(outputs, targets)
+    loss.backward()
+    info = ddp_model._get_ddp_logging_data()
+    buckets = 0 if info.get("gradient_as_bucket_view") else sum(int(b) for b in str(info["bucket_sizes"]).split(",") if b.strip())
+    return {
+        "parameters": _nbytes(params) + _nbytes(module.buffers()),
+        "gradients": _nbytes(p.grad for p in params if p.grad is not None),
+        "all-reduce buckets": buckets,
+        "optimizer state": optimizer_state_bytes(optimizer),
+        "activations": saved["bytes"],
+        "inputs": _nbytes([inputs, targets]),
+        "outputs": outputs.nbytes,
+        "loss": loss.nbytes,
+    }

@@ -17,6 +17,7 @@ def test_hardware_summary_reports_this_machine():
     text = hw.summary()
     assert f"CPU cores : {hw.cpu_cores}" in text and f"CUDA GPUs : {hw.n_gpus}" in text
     assert ("emulated" in text) == (hw.n_gpus < 2)
+    assert ("gloo" in text) == (hw.n_gpus < 2)
 
 
 def test_datasets_are_deterministic_and_shaped():

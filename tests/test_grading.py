@@ -13,13 +13,16 @@ from graders import pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 LESSON = "01-dataparallel"
-POINTS = {"split_sizes_tests": 2, "device_samples_tests": 2, "dp_gradients_tests": 3,
-          "device0_extra_tests": 3, "portable_checkpoint_tests": 3, "quiz_tests": 2}
-FULL = sum(POINTS.values())
+POINTS = {
+    "01-dataparallel": {"split_sizes_tests": 2, "device_samples_tests": 2, "dp_gradients_tests": 3,
+                        "device0_extra_tests": 3, "portable_checkpoint_tests": 3, "quiz_tests": 2},
+    "02-ddp": {"shard_tests": 2, "loader_tests": 2, "average_tests": 2, "accumulate_tests": 3,
+               "checkpoint_tests": 2, "scaling_tests": 2, "worker_tests": 3, "quiz_tests": 2},
+}
 
 
-def _solution():
-    return nbformat.read(REPO / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
+def _solution(lesson=LESSON):
+    return nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
 
 
 def _cell(nb, grade_id):
@@ -49,13 +52,15 @@ def _kernel_crash(nb):
     cell.source = "import os\nos._exit(1)\n" + cell.source
 
 
+# student -> {lesson: edit of the solution (None: the solution as is, "blank": the released notebook)}
 SUBMISSIONS = {
-    "full": None,
-    "wrong_quiz": _wrong_quiz,
-    "syntax_error": _syntax_error,
-    "infinite_loop": _infinite_loop,
-    "deleted_test_cell": _deleted_test_cell,
-    "kernel_crash": _kernel_crash,
+    "full": {LESSON: None, "02-ddp": None},
+    "blank": {LESSON: "blank", "02-ddp": "blank"},
+    "wrong_quiz": {LESSON: _wrong_quiz, "02-ddp": _wrong_quiz},
+    "syntax_error": {LESSON: _syntax_error},
+    "infinite_loop": {LESSON: _infinite_loop},
+    "deleted_test_cell": {LESSON: _deleted_test_cell},
+    "kernel_crash": {LESSON: _kernel_crash},
 }
 
 
@@ -63,82 +68,90 @@ SUBMISSIONS = {
 def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("course")
     shutil.copytree(REPO / "solutions", root / "solutions")
-    for student, edit in SUBMISSIONS.items():
-        nb = _solution()
-        if edit:
-            edit(nb)
-        folder = root / "submitted" / student / LESSON
-        folder.mkdir(parents=True)
-        nbformat.write(nb, folder / f"{LESSON}.ipynb")
-    blank = root / "submitted" / "blank" / LESSON
-    blank.mkdir(parents=True)
-    shutil.copy(REPO / "notebooks" / LESSON / f"{LESSON}.ipynb", blank)
+    for student, lessons in SUBMISSIONS.items():
+        for lesson, edit in lessons.items():
+            folder = root / "submitted" / student / lesson
+            folder.mkdir(parents=True)
+            if edit == "blank":
+                shutil.copy(REPO / "notebooks" / lesson / f"{lesson}.ipynb", folder)
+                continue
+            nb = _solution(lesson)
+            if edit:
+                edit(nb)
+            nbformat.write(nb, folder / f"{lesson}.ipynb")
     results = pipeline.grade(root, cell_timeout=20, submission_timeout=600)
     with open(root / "grades.csv") as f:
-        rows = {row["student"]: row for row in csv.DictReader(f)}
-    return root, {r.student: r for r in results}, rows
+        rows = {(row["student"], row["lesson"]): row for row in csv.DictReader(f)}
+    return root, {(r.student, r.lesson): r for r in results}, rows
 
 
-def _points(row):
-    return {k: float(row[f"{LESSON}:{k}"]) for k in POINTS}
+def _points(row, lesson=LESSON):
+    return {k: float(row[f"{lesson}:{k}"]) for k in POINTS[lesson]}
 
 
 def test_every_submission_has_a_row(graded):
     _, results, rows = graded
-    assert set(rows) == set(SUBMISSIONS) | {"blank"}
-    assert all(float(row["max_score"]) == FULL for row in rows.values())
+    assert set(rows) == {(student, lesson) for student, lessons in SUBMISSIONS.items() for lesson in lessons}
+    for (student, lesson), row in rows.items():
+        assert float(row["max_score"]) == sum(POINTS[lesson].values())
 
 
-def test_solution_scores_full_marks(graded):
+@pytest.mark.parametrize("lesson", POINTS)
+def test_solution_scores_full_marks(graded, lesson):
     _, _, rows = graded
-    assert float(rows["full"]["score"]) == FULL and _points(rows["full"]) == POINTS
+    assert _points(rows["full", lesson], lesson) == POINTS[lesson]
+    assert float(rows["full", lesson]["score"]) == sum(POINTS[lesson].values())
 
 
-def test_untouched_student_notebook_scores_zero(graded):
+@pytest.mark.parametrize("lesson", POINTS)
+def test_untouched_student_notebook_scores_zero(graded, lesson):
     _, results, rows = graded
-    assert results["blank"].status == "graded" and float(rows["blank"]["score"]) == 0
+    assert results["blank", lesson].status == "graded" and float(rows["blank", lesson]["score"]) == 0
 
 
-def test_one_wrong_answer_loses_exactly_its_points(graded):
+@pytest.mark.parametrize("lesson", POINTS)
+def test_one_wrong_answer_loses_exactly_its_points(graded, lesson):
     _, _, rows = graded
-    assert _points(rows["wrong_quiz"]) == {**POINTS, "quiz_tests": 0}
+    assert _points(rows["wrong_quiz", lesson], lesson) == {**POINTS[lesson], "quiz_tests": 0}
 
 
 def test_syntax_error_costs_only_that_exercise(graded):
     _, _, rows = graded
-    assert _points(rows["syntax_error"]) == {**POINTS, "device_samples_tests": 0}
+    assert _points(rows["syntax_error", LESSON]) == {**POINTS[LESSON], "device_samples_tests": 0}
 
 
 def test_infinite_loop_times_out_that_cell_only(graded):
     _, _, rows = graded
-    assert _points(rows["infinite_loop"]) == {**POINTS, "split_sizes_tests": 0}
+    assert _points(rows["infinite_loop", LESSON]) == {**POINTS[LESSON], "split_sizes_tests": 0}
 
 
 def test_deleted_test_cell_is_restored_and_run(graded):
     root, _, rows = graded
-    assert _points(rows["deleted_test_cell"]) == POINTS
+    assert _points(rows["deleted_test_cell", LESSON]) == POINTS[LESSON]
     restored = nbformat.read(root / "autograded" / "deleted_test_cell" / LESSON / f"{LESSON}.ipynb", as_version=4)
     assert _cell(restored, "quiz_tests")
 
 
 def test_kernel_crash_is_reported_and_the_batch_goes_on(graded):
     _, results, rows = graded
-    assert results["kernel_crash"].status == "not graded: the kernel died"
-    assert float(rows["kernel_crash"]["score"]) == 0
-    assert results["full"].status == "graded"
+    assert results["kernel_crash", LESSON].status == "not graded: the kernel died"
+    assert float(rows["kernel_crash", LESSON]["score"]) == 0
+    assert results["full", LESSON].status == "graded"
 
 
-def test_feedback_hides_the_hidden_tests(graded):
+@pytest.mark.parametrize("lesson", POINTS)
+def test_feedback_hides_the_hidden_tests(graded, lesson):
     root, _, _ = graded
-    cells = [c.source for c in _solution().cells]
+    cells = [c.source for c in _solution(lesson).cells]
     regions = [s.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0] for s in cells if "BEGIN HIDDEN" in s]
     public = {line.strip() for s in cells for line in s.split("### BEGIN HIDDEN TESTS")[0].splitlines()}
     hidden = [line.strip() for r in regions for line in r.splitlines() if len(line.strip()) > 15 and line.strip() not in public]
+    visible = next(line.strip() for s in cells if "BEGIN HIDDEN" in s for line in s.splitlines() if line.startswith("assert"))
     assert hidden
     for student in ("full", "blank", "wrong_quiz"):
-        page = (root / "feedback" / student / LESSON / f"{LESSON}.html").read_text()
+        page = (root / "feedback" / student / lesson / f"{lesson}.html").read_text()
         text = html.unescape(re.sub(r"<[^>]+>", "", page))  # the code as a reader sees it
         assert "Hidden tests ran here" in text
-        assert 'assert my_split_sizes(10, 3) == [4, 4, 2]' in text, "visible tests stay visible"
+        assert visible in text, "visible tests stay visible"
         for line in hidden:
             assert line not in text, line

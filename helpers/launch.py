@@ -1,0 +1,217 @@
+"""Run a worker function on N processes, one per device, and bring each rank's result back.
+
+    results = launch(worker, n_procs=2, args=(...))   # worker(rank, world_size, *args)
+
+* backend: nccl with one GPU per rank when there are at least `n_procs` GPUs, else gloo on the
+  CPU with the cores split between the ranks;
+* a free port for every launch (re-running a notebook cell just works), and a process-group
+  timeout on every group, so a rank that misses a collective fails instead of hanging 30 minutes;
+* when a rank fails, every rank is stopped within seconds and the launch raises `WorkerFailed`
+  showing that rank's traceback;
+* the worker is shipped by value (cloudpickle), so it may live in a module *or* in the notebook.
+  Plain `mp.spawn` can only start workers it can import by name (see lesson 2).
+
+With `init_process_group=False` the launcher only sets the environment that torchrun sets
+(MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) and the worker calls
+`dist.init_process_group` itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+from ._validate import positive_int
+
+STOP_GRACE_S = 3.0
+
+
+class WorkerFailed(RuntimeError):
+    """A rank raised or died; the message carries that rank's traceback."""
+
+    def __init__(self, rank: int, details: str):
+        self.rank = rank
+        self.details = details
+        super().__init__(f"rank {rank} failed:\n{details}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    n_procs: int
+    backend: str
+    threads_per_rank: int
+
+    def device(self, rank: int) -> torch.device:
+        return torch.device("cuda", rank) if self.backend == "nccl" else torch.device("cpu")
+
+
+def plan(n_procs: int, backend: str | None = None) -> Plan:
+    """nccl + one GPU per rank when there are enough GPUs, gloo + a share of the CPU cores otherwise."""
+    positive_int("n_procs", n_procs)
+    if backend is None:
+        backend = "nccl" if torch.cuda.device_count() >= n_procs else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    if backend == "nccl" and torch.cuda.device_count() < n_procs:
+        raise ValueError(f"backend 'nccl' needs one GPU per rank: {n_procs} ranks, {torch.cuda.device_count()} GPUs")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return Plan(n_procs, backend, max(1, cores // n_procs))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def device() -> torch.device:
+    """This rank's device, inside a worker started by `launch` or torchrun."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    return torch.device("cpu")
+
+
+def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = None, timeout_s: float = 60.0,
+           init_process_group: bool = True) -> list:
+    """Run `worker(rank, world_size, *args)` on `n_procs` processes; return the ranks' results in rank order."""
+    if not callable(worker):
+        raise ValueError(f"worker must be callable, got {type(worker).__name__}")
+    if not isinstance(args, tuple):
+        raise ValueError(f"args must be a tuple, got {type(args).__name__}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    p = plan(n_procs, backend)
+    payload = cloudpickle.dumps((worker, args))
+    ctx = _context()
+    results = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, results), daemon=True)
+        for rank in range(n_procs)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        return _collect(procs, results, n_procs, deadline=time.monotonic() + timeout_s + 30)
+    finally:
+        _stop(procs)
+
+
+def _context():
+    # forkserver: each rank forks from a server that already imported torch (fast, and CUDA-safe
+    # because the server never touches CUDA). Elsewhere, spawn.
+    if sys.platform.startswith("linux"):
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "helpers.launch"])
+        return ctx
+    return mp.get_context("spawn")
+
+
+def _collect(procs, results, n_procs, deadline):
+    values: dict[int, object] = {}
+    while len(values) < n_procs:
+        try:
+            rank, ok, value = results.get(timeout=0.2)
+        except queue.Empty:
+            for rank, proc in enumerate(procs):
+                if rank not in values and proc.exitcode is not None:
+                    # a rank that died without reporting (os._exit, a signal, out of memory)
+                    time.sleep(0.5)  # its report may still be in the pipe
+                    try:
+                        r, ok, value = results.get_nowait()
+                    except queue.Empty:
+                        raise WorkerFailed(rank, f"the process exited with code {proc.exitcode} without a result") from None
+                    if not ok:
+                        raise WorkerFailed(r, value) from None
+                    values[r] = cloudpickle.loads(value)
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(n_procs)) - set(values))
+                raise WorkerFailed(missing[0], "no result before the launch's deadline (a rank may be stuck)")
+            continue
+        if not ok:
+            raise _root_cause(procs, values, rank, value)
+        values[rank] = cloudpickle.loads(value)
+    for proc in procs:
+        proc.join(timeout=10)
+    return [values[rank] for rank in range(n_procs)]
+
+
+def _root_cause(procs, values, rank, details) -> WorkerFailed:
+    """A peer's error is often the echo of a rank that died silently first (os._exit, a signal):
+    report that rank when there is one."""
+    time.sleep(0.5)
+    for other, proc in enumerate(procs):
+        if other != rank and other not in values and proc.exitcode not in (None, 0):
+            echo = details.strip().splitlines()[-1]
+            return WorkerFailed(other, f"the process exited with code {proc.exitcode} without a result "
+                                       f"(then rank {rank} failed: {echo})")
+    return WorkerFailed(rank, details)
+
+
+def _stop(procs) -> None:
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    end = time.monotonic() + STOP_GRACE_S
+    for proc in procs:
+        proc.join(timeout=max(0.0, end - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+
+
+def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(p.n_procs), LOCAL_WORLD_SIZE=str(p.n_procs))
+    torch.set_num_threads(p.threads_per_rank)
+    try:
+        worker, args = cloudpickle.loads(payload)
+        if p.backend == "nccl":
+            torch.cuda.set_device(rank)
+        if init_process_group:
+            with _quiet_stdout():  # gloo prints "[Gloo] Rank r is connected to ..." for every rank
+                dist.init_process_group(p.backend, rank=rank, world_size=p.n_procs, timeout=timedelta(seconds=timeout_s))
+        value = _to_cpu(worker(rank, p.n_procs, *args))
+        # plain pickle bytes: torch's queue pickling would share memory with a process about to exit
+        results.put((rank, True, cloudpickle.dumps(value)))
+    except BaseException:
+        results.put((rank, False, traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@contextmanager
+def _quiet_stdout():
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _to_cpu(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value

@@ -1,0 +1,122 @@
+"""The multi-process launcher: results, failures, timeouts, re-launching."""
+
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from helpers import launch
+
+
+def rank_sum(rank, world_size, offset):
+    value = torch.tensor([float(rank + offset)])
+    dist.all_reduce(value)
+    return {"rank": rank, "sum": value.item(), "pid": os.getpid(), "env": os.environ["WORLD_SIZE"]}
+
+
+def fails_on_rank_one(rank, world_size):
+    if rank == 1:
+        raise KeyError("rank one is broken")
+    dist.all_reduce(torch.ones(1))  # left alone, rank 0 would wait here until the group's timeout
+
+
+def skips_a_collective(rank, world_size):
+    if rank == 0:
+        dist.all_reduce(torch.ones(1))
+    else:
+        time.sleep(300)
+
+
+def dies_silently(rank, world_size):
+    if rank == 1:
+        os._exit(3)
+    dist.barrier()
+
+
+def test_results_come_back_in_rank_order_from_separate_processes():
+    results = launch.launch(rank_sum, 3, args=(10,))
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    assert all(r["sum"] == 10 + 11 + 12 for r in results)
+    assert len({r["pid"] for r in results} | {os.getpid()}) == 4
+    assert {r["env"] for r in results} == {"3"}
+
+
+def test_relaunching_works_every_time():
+    for _ in range(3):
+        assert [r["sum"] for r in launch.launch(rank_sum, 2, args=(0,))] == [1.0, 1.0]
+
+
+def test_a_notebook_style_closure_is_shipped_by_value():
+    scale = 7.0
+
+    def worker(rank, world_size):
+        return torch.full((2,), scale * rank)
+
+    out = launch.launch(worker, 2)
+    assert torch.equal(out[1], torch.tensor([7.0, 7.0]))
+
+
+def test_a_failing_rank_stops_everyone_quickly_with_its_traceback():
+    start = time.monotonic()
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.launch(fails_on_rank_one, 2, timeout_s=60)
+    assert time.monotonic() - start < 15
+    assert info.value.rank == 1 and "KeyError" in info.value.details and "rank one is broken" in str(info.value)
+
+
+def test_a_rank_that_skips_a_collective_fails_at_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.launch(skips_a_collective, 2, timeout_s=4)
+    assert time.monotonic() - start < 15
+    assert info.value.rank == 0 and "Timed out" in info.value.details
+
+
+def test_a_rank_that_dies_without_a_word_is_reported():
+    start = time.monotonic()
+    with pytest.raises(launch.WorkerFailed, match="exited with code 3") as info:
+        launch.launch(dies_silently, 2, timeout_s=30)
+    assert time.monotonic() - start < 15
+    assert info.value.rank == 1
+
+
+def test_without_init_the_worker_finds_torchruns_environment():
+    def worker(rank, world_size):
+        keys = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+        was_initialized = dist.is_initialized()
+        dist.init_process_group("gloo")
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        return was_initialized, {k: os.environ[k] for k in keys}, t.item()
+
+    (init0, env0, s0), (_, env1, _) = launch.launch(worker, 2, init_process_group=False)
+    assert not init0 and s0 == 2.0
+    assert env0["RANK"] == "0" and env1["RANK"] == "1" and env0["MASTER_PORT"] == env1["MASTER_PORT"]
+
+
+def test_plan_picks_the_backend_from_the_hardware():
+    p = launch.plan(2)
+    if torch.cuda.device_count() >= 2:
+        assert p.backend == "nccl" and p.device(1) == torch.device("cuda", 1)
+    else:
+        assert p.backend == "gloo" and p.device(1) == torch.device("cpu") and p.threads_per_rank >= 1
+    if torch.cuda.device_count() < 4:
+        with pytest.raises(ValueError, match="nccl"):
+            launch.plan(4, backend="nccl")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(worker="not callable"), "worker"),
+    (dict(n_procs=0), "n_procs"),
+    (dict(n_procs=2.0), "n_procs"),
+    (dict(args=[1]), "args"),
+    (dict(timeout_s=0), "timeout_s"),
+    (dict(backend="mpi"), "backend"),
+])
+def test_bad_arguments(kwargs, match):
+    call = dict(worker=rank_sum, n_procs=2, args=(0,))
+    call.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        launch.launch(call.pop("worker"), call.pop("n_procs"), **call)
