@@ -79,3 +79,44 @@ def plot_losses(curves: dict[str, list[float]], ax=None):
     ax.set_ylabel("loss")
     ax.legend()
     return ax
+
+
+def plot_formats(rows: list[dict], ax=None):
+    """Where each format's values lie on a log2 scale: subnormals, normals, and the step between values."""
+    import math
+
+    ax = _axes(ax, (8, 2.6))
+    for i, row in enumerate(rows):
+        lo, normal, hi = (math.log2(row[k]) for k in ("smallest subnormal", "smallest normal", "largest"))
+        ax.barh(i, normal - lo, left=lo, color=f"C{i}", alpha=0.35)
+        ax.barh(i, hi - normal, left=normal, color=f"C{i}")
+        ax.text(hi + 2, i, f"max {row['largest']:.3g}, eps {row['eps (1 -> next)']:.2g}", va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), [r["format"] for r in rows])
+    ax.invert_yaxis()
+    ax.axvline(0, color="grey", lw=0.5)
+    ax.set_xlabel("log2 of the magnitude (light: subnormals, dark: normal numbers)")
+    ax.set_xlim(-155, 200)
+    return ax
+
+
+def plot_scaler(trajectory: list[dict], ax=None):
+    """GradScaler's loss scale per step; skipped steps marked."""
+    ax = _axes(ax, (7, 2.8))
+    scales = [s["scale"] for s in trajectory]
+    ax.step(range(len(scales)), scales, where="post", label="loss scale")
+    skipped = [i for i, s in enumerate(trajectory) if s["skipped"]]
+    ax.scatter(skipped, [scales[i] for i in skipped], color="C3", zorder=3, label="step skipped (inf/nan)")
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("scale")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_bars(values: dict[str, float], ylabel: str, ax=None, title: str | None = None):
+    ax = _axes(ax, (5, 3))
+    ax.bar(list(values), list(values.values()), color=[f"C{i}" for i in range(len(values))])
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax

@@ -1,4 +1,5 @@
-"""A plain training loop with a progress bar: the same loop for a plain or a wrapped model."""
+"""A plain training loop with a progress bar: the same loop for a plain or a wrapped model,
+in fp32 or mixed precision (autocast, an optional GradScaler, optional gradient clipping)."""
 
 from __future__ import annotations
 
@@ -16,22 +17,43 @@ def primary_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def train(model: nn.Module, loader, optimizer, loss_fn, epochs: int = 1, progress: bool = True) -> list[float]:
+def step(model, optimizer, x, y, loss_fn, autocast_dtype=None, scaler=None, max_grad_norm=None) -> torch.Tensor:
+    """One optimizer step. With a scaler: scale the loss, unscale before clipping, let the scaler step."""
+    optimizer.zero_grad()
+    with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+        loss = loss_fn(model(x), y)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        if max_grad_norm is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        if max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+    return loss
+
+
+def train(model: nn.Module, loader, optimizer, loss_fn, epochs: int = 1, progress: bool = True,
+          autocast_dtype: torch.dtype | None = None, scaler=None, max_grad_norm: float | None = None) -> list[float]:
     """Train and return the loss of every step."""
     positive_int("epochs", epochs)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if autocast_dtype not in (None, torch.float16, torch.bfloat16):
+        raise ValueError(f"autocast_dtype must be None, torch.float16 or torch.bfloat16, got {autocast_dtype}")
+    if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+        raise ValueError(f"scaler must be a torch.amp.GradScaler, got {type(scaler).__name__}")
     device = primary_device(model)
     losses: list[float] = []
     model.train()
     bar = tqdm(total=epochs * len(loader), desc="training", disable=not progress, leave=False)
     for _ in range(epochs):
         for x, y in loader:
-            x, y = x.to(device), y.to(device)
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
+            loss = step(model, optimizer, x.to(device), y.to(device), loss_fn, autocast_dtype, scaler, max_grad_norm)
             losses.append(loss.item())
             bar.update()
             bar.set_postfix(loss=f"{losses[-1]:.4f}")

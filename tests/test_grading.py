@@ -18,6 +18,8 @@ POINTS = {
                         "device0_extra_tests": 3, "portable_checkpoint_tests": 3, "quiz_tests": 2},
     "02-ddp": {"shard_tests": 2, "loader_tests": 2, "average_tests": 2, "accumulate_tests": 3,
                "checkpoint_tests": 2, "scaling_tests": 2, "worker_tests": 3, "quiz_tests": 2},
+    "03-amp": {"fp16_tests": 2, "predict_dtypes_tests": 2, "scaler_tests": 2, "activation_ratio_tests": 2,
+               "amp_step_tests": 3, "quiz_tests": 2},
 }
 
 
@@ -31,7 +33,7 @@ def _cell(nb, grade_id):
 
 def _wrong_quiz(nb):
     cell = _cell(nb, "quiz")
-    cell.source = cell.source.replace('"q2": "b"', '"q2": "a"')
+    cell.source += '\nquiz["q2"] = {"a": "b", "b": "a", "fp16": "bf16", "bf16": "fp16"}[quiz["q2"]]\n'
 
 
 def _syntax_error(nb):
@@ -54,9 +56,9 @@ def _kernel_crash(nb):
 
 # student -> {lesson: edit of the solution (None: the solution as is, "blank": the released notebook)}
 SUBMISSIONS = {
-    "full": {LESSON: None, "02-ddp": None},
-    "blank": {LESSON: "blank", "02-ddp": "blank"},
-    "wrong_quiz": {LESSON: _wrong_quiz, "02-ddp": _wrong_quiz},
+    "full": {lesson: None for lesson in POINTS},
+    "blank": {lesson: "blank" for lesson in POINTS},
+    "wrong_quiz": {lesson: _wrong_quiz for lesson in POINTS},
     "syntax_error": {LESSON: _syntax_error},
     "infinite_loop": {LESSON: _infinite_loop},
     "deleted_test_cell": {LESSON: _deleted_test_cell},

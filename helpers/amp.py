@@ -1,0 +1,185 @@
+"""Mixed precision: number formats, what autocast does to each op, GradScaler's dynamics,
+activation memory and step time — all measured on the device at hand."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._saved import saved_bytes
+from ._validate import one_of, positive_int
+
+FORMATS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+LOW_PRECISION = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def device_type() -> str:
+    """The autocast device for this machine: "cuda" when a GPU is present, else "cpu"."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def format_table() -> list[dict]:
+    """Bits, range and precision of fp32, fp16 and bf16, read from torch.finfo."""
+    rows = []
+    for name, dtype in FORMATS.items():
+        info = torch.finfo(dtype)
+        mantissa = round(-torch.log2(torch.tensor(info.eps)).item())
+        rows.append({
+            "format": name, "bits": info.bits, "exponent bits": info.bits - 1 - mantissa, "mantissa bits": mantissa,
+            "largest": info.max, "smallest normal": info.smallest_normal,
+            "smallest subnormal": info.smallest_normal * info.eps, "eps (1 -> next)": info.eps,
+        })
+    return rows
+
+
+def representable(value: float, dtype: torch.dtype) -> str:
+    """What happens to `value` stored in `dtype`: "ok", "overflow" (inf) or "underflow" (0)."""
+    stored = torch.tensor(value, dtype=torch.float64).to(dtype)
+    if torch.isinf(stored) and value == value and abs(value) != float("inf"):
+        return "overflow"
+    if stored == 0 and value != 0:
+        return "underflow"
+    return "ok"
+
+
+def probe_ops(device: str) -> dict:
+    """Small callables for the autocast table. Each takes fp32 tensors on `device`."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 16, generator=g).to(device)
+    w = torch.randn(4, 16, generator=g).to(device)
+    img = torch.randn(2, 3, 8, 8, generator=g).to(device)
+    kernel = torch.randn(4, 3, 3, 3, generator=g).to(device)
+    target = torch.zeros(8, dtype=torch.long, device=device)
+    return {
+        "linear": lambda: F.linear(x, w),
+        "matmul": lambda: x @ x.T,
+        "conv2d": lambda: F.conv2d(img, kernel),
+        "relu(linear)": lambda: F.relu(F.linear(x, w)),
+        "softmax(linear)": lambda: F.softmax(F.linear(x, w), -1),
+        "layer_norm(linear)": lambda: F.layer_norm(F.linear(x, w), (4,)),
+        "sum(linear)": lambda: F.linear(x, w).sum(),
+        "exp(linear)": lambda: F.linear(x, w).exp(),
+        "mse_loss(linear)": lambda: F.mse_loss(F.linear(x, w), torch.zeros(8, 4, device=device)),
+        "cross_entropy(linear)": lambda: F.cross_entropy(F.linear(x, w), target[:8] % 4),
+    }
+
+
+def autocast_dtypes(device: str | None = None, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.dtype]:
+    """Run each probe op under `torch.autocast(device, dtype)` and return its output dtype."""
+    device = device or device_type()
+    one_of("device", device, {"cpu", "cuda"})
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype}")
+    ops = probe_ops(device)
+    with torch.autocast(device, dtype=dtype):
+        return {name: op().dtype for name, op in ops.items()}
+
+
+def saved_activation_bytes(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = None) -> int:
+    """Bytes autograd saves for backward in one forward of `model` (parameters and input excluded),
+    in fp32 (`dtype=None`) or under autocast to `dtype`."""
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+    if dtype not in (None, torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be None, torch.float16 or torch.bfloat16, got {dtype}")
+    with saved_bytes(list(model.parameters()) + [x]) as saved:
+        with torch.autocast(x.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            model(x)
+    return saved["bytes"]
+
+
+def scaler_trajectory(overflow: Sequence[bool], init_scale: float = 2.0**16, growth_interval: int = 2000,
+                      device: str | None = None) -> list[dict]:
+    """Drive a real `torch.amp.GradScaler` through steps whose gradients are finite or not.
+
+    `overflow[i]` makes step i's gradient inf. Returns, per step, the scale used, whether the
+    optimizer step was skipped, and the scale after `update()`.
+    """
+    if isinstance(init_scale, bool) or not isinstance(init_scale, (int, float)) or init_scale <= 0:
+        raise ValueError(f"init_scale must be a positive number, got {init_scale!r}")
+    positive_int("growth_interval", growth_interval)
+    device = device or device_type()
+    weight = nn.Parameter(torch.ones(1, device=device))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scaler = torch.amp.GradScaler(device, init_scale=init_scale, growth_interval=growth_interval)
+    steps = []
+    for bad in overflow:
+        optimizer.zero_grad()
+        loss = (weight * (float("inf") if bad else 1.0)).sum()
+        scale = scaler.get_scale()
+        scaler.scale(loss).backward()
+        before = weight.detach().clone()
+        scaler.step(optimizer)
+        scaler.update()
+        steps.append({"scale": scale, "skipped": bool(torch.equal(before, weight.detach())), "next_scale": scaler.get_scale()})
+    return steps
+
+
+def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None, steps: int = 10,
+                 loss_fn=F.mse_loss) -> float:
+    """Mean seconds of a training step (forward, backward, SGD step) in fp32 or under autocast."""
+    positive_int("steps", steps)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    device = x.device.type
+    times = []
+    for _ in range(steps + 1):  # the first step warms up
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return sum(times[1:]) / steps
+
+
+def matmul_tflops(n: int = 4096, dtype: torch.dtype = torch.bfloat16, repeats: int = 10) -> float:
+    """Measured matrix-multiply throughput on the GPU (tensor cores for fp16/bf16)."""
+    if not torch.cuda.is_available():
+        raise ValueError("matmul_tflops measures a GPU; this machine has none")
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    a @ b
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    torch.cuda.synchronize()
+    return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e12
+
+
+def amp_worker(rank: int, world_size: int, dtype_name: str, steps: int = 20) -> dict:
+    """DDP + autocast: each rank trains under autocast; returns the loss curve."""
+    from . import data, ddp, launch, models
+
+    dtype = LOW_PRECISION.get(dtype_name)
+    device = launch.device()
+    model = ddp.wrap(models.seeded(models.MLP, 0, in_features=16, hidden=64, out_features=2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
+    x, y = data.regression(64 * world_size, 16, 2).tensors
+    x, y = x[rank::world_size].to(device), y[rank::world_size].to(device)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = F.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+    return {"losses": losses}
+
+
+def quiet_fp16_cpu_warnings():
+    """Silence the one-time notice some CPU kernels give for fp16."""
+    warnings.filterwarnings("ignore", message=".*fp16.*CPU.*")

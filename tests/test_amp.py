@@ -1,0 +1,116 @@
+"""Lesson 3's helpers against torch: formats, autocast, GradScaler dynamics, saved bytes, trainer."""
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from helpers import amp, data, launch, models, training
+
+
+def test_format_table_is_torch_finfo():
+    rows = {r["format"]: r for r in amp.format_table()}
+    assert rows["fp16"]["largest"] == 65504 and rows["fp16"]["smallest subnormal"] == 2.0**-24
+    assert rows["bf16"]["largest"] == torch.finfo(torch.bfloat16).max
+    assert [rows[f]["mantissa bits"] for f in ("fp32", "fp16", "bf16")] == [23, 10, 7]
+    assert [rows[f]["exponent bits"] for f in ("fp32", "fp16", "bf16")] == [8, 5, 8]
+
+
+def test_representable_matches_fp16_rounding():
+    assert amp.representable(65519.0, torch.float16) == "ok"
+    assert amp.representable(65520.0, torch.float16) == "overflow"
+    assert amp.representable(1e-8, torch.float16) == "underflow"
+    assert amp.representable(2.0**-24, torch.float16) == "ok"
+    assert amp.representable(1e-8, torch.bfloat16) == "ok"
+    assert amp.representable(0.0, torch.float16) == "ok"
+
+
+def test_cpu_autocast_table():
+    table = amp.autocast_dtypes("cpu", torch.bfloat16)
+    assert table["linear"] == table["matmul"] == table["conv2d"] == torch.bfloat16
+    assert table["mse_loss(linear)"] == table["cross_entropy(linear)"] == torch.float32
+    assert table["softmax(linear)"] == torch.bfloat16  # CPU autocast does not promote softmax; CUDA does
+    assert amp.autocast_dtypes("cpu", torch.float16)["linear"] == torch.float16
+
+
+def _rule(overflow, init_scale, interval):
+    scale, clean, skipped = init_scale, 0, 0
+    for bad in overflow:
+        if bad:
+            scale, clean, skipped = scale / 2, 0, skipped + 1
+        else:
+            clean += 1
+            if clean == interval:
+                scale, clean = scale * 2, 0
+    return scale, skipped
+
+
+def test_grad_scaler_dynamics_equal_the_rule_for_every_short_sequence():
+    for length in range(1, 7):
+        for overflow in itertools.product([False, True], repeat=length):
+            for interval in (1, 2, 3):
+                steps = amp.scaler_trajectory(list(overflow), init_scale=256.0, growth_interval=interval, device="cpu")
+                assert (steps[-1]["next_scale"], sum(s["skipped"] for s in steps)) == _rule(overflow, 256.0, interval)
+                assert [s["skipped"] for s in steps] == list(overflow)
+
+
+def test_default_scaler_starts_at_65536():
+    assert amp.scaler_trajectory([False], device="cpu")[0]["scale"] == 65536.0
+
+
+def test_saved_bytes_shrink_for_large_batches_and_count_weight_copies():
+    net = models.MLP(64, 256, 10, depth=3)
+    big = torch.randn(1024, 64)
+    ratio = amp.saved_activation_bytes(net, big, torch.bfloat16) / amp.saved_activation_bytes(net, big)
+    assert 0.55 < ratio < 0.7
+    small = torch.randn(4, 64)  # the bf16 weight copies dominate
+    assert amp.saved_activation_bytes(net, small, torch.bfloat16) > amp.saved_activation_bytes(net, small)
+    fp32 = amp.saved_activation_bytes(net, big)
+    assert fp32 == 3 * 1024 * 256 * 4  # three ReLU outputs
+
+
+def test_amp_trainer_tracks_fp32_with_a_scaler_and_clipping():
+    dataset = data.regression(256, 16, 2)
+    curves = {}
+    for name, dtype, scaler in [("fp32", None, None), ("fp16", torch.float16, torch.amp.GradScaler("cpu"))]:
+        net = models.seeded(models.MLP, 0, in_features=16, hidden=32, out_features=2)
+        loader = DataLoader(dataset, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0))
+        curves[name] = training.train(net, loader, torch.optim.SGD(net.parameters(), lr=0.05), F.mse_loss, epochs=2,
+                                      progress=False, autocast_dtype=dtype, scaler=scaler, max_grad_norm=1.0)
+    assert curves["fp16"][-1] < curves["fp16"][0]
+    assert max(abs(a - b) for a, b in zip(*curves.values())) < 0.02
+
+
+def test_ddp_with_autocast_tracks_fp32():
+    curves = {name: launch.launch(amp.amp_worker, 2, args=(name, 10))[0]["losses"] for name in ("fp32", "bf16")}
+    assert abs(curves["fp32"][-1] - curves["bf16"][-1]) < 0.02
+
+
+def test_step_seconds_are_measured():
+    net = models.MLP(16, 32, 2)
+    assert amp.step_seconds(net, torch.randn(8, 16), torch.randn(8, 2), torch.bfloat16, steps=2) > 0
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: amp.autocast_dtypes("tpu"), "device"),
+    (lambda: amp.autocast_dtypes("cpu", torch.float32), "dtype"),
+    (lambda: amp.saved_activation_bytes("net", torch.ones(1)), "model"),
+    (lambda: amp.scaler_trajectory([True], init_scale=0), "init_scale"),
+    (lambda: amp.scaler_trajectory([True], growth_interval=0), "growth_interval"),
+    (lambda: amp.step_seconds(models.MLP(), torch.ones(1, 32), torch.ones(1, 4), None, steps=0), "steps"),
+    (lambda: training.train(models.MLP(), [], torch.optim.SGD(models.MLP().parameters(), lr=1), F.mse_loss,
+                            autocast_dtype=torch.float64), "autocast_dtype"),
+    (lambda: training.train(models.MLP(), [], torch.optim.SGD(models.MLP().parameters(), lr=1), F.mse_loss,
+                            scaler="yes"), "scaler"),
+])
+def test_bad_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+def test_matmul_throughput_needs_a_gpu():
+    with pytest.raises(ValueError, match="GPU"):
+        amp.matmul_tflops()
