@@ -2,6 +2,8 @@
 
 import importlib.util
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 
 import torch
@@ -66,7 +68,7 @@ def _safe_listdir(path: str) -> list[str]:
 
 def detect() -> Hardware:
     """Look at the machine without initialising anything expensive (torch_xla is not imported)."""
-    cuda = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    cuda = _gpu_names(torch.cuda.device_count())
     return Hardware(
         cpu_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
         cuda_devices=cuda,
@@ -74,6 +76,25 @@ def detect() -> Hardware:
         tpu_present=_tpu_present(),
         in_colab=importlib.util.find_spec("google.colab") is not None if _has_google() else False,
     )
+
+
+def _gpu_names(count: int) -> list[str]:
+    """GPU names without initialising CUDA: fork-based launchers (Accelerate's notebook_launcher,
+    Lightning's ddp_notebook) refuse to run once CUDA is initialised in the notebook."""
+    if count == 0:
+        return []
+    if torch.cuda.is_initialized():
+        return [torch.cuda.get_device_name(i) for i in range(count)]
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+            names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+            if len(names) >= count:
+                return names[:count]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return ["GPU"] * count
 
 
 def _has_google() -> bool:

@@ -1,0 +1,138 @@
+"""Hugging Face Accelerate: a launcher that returns each process's result, the lesson's workers,
+and their single-process reference.
+
+Importing this module sets USE_TORCH_XLA=0 unless a TPU is present: with torch_xla installed,
+Accelerate would otherwise pick `xla:0` even for `Accelerator(cpu=True)`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from .hardware import _tpu_present
+
+os.environ.setdefault("USE_TORCH_XLA", "1" if _tpu_present() else "0")
+
+import cloudpickle  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from accelerate import Accelerator, notebook_launcher  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from . import data, launch as _launch, models  # noqa: E402
+from ._validate import positive_int  # noqa: E402
+
+
+def launch(fn, num_processes: int = 2, args: tuple = ()) -> list:
+    """`notebook_launcher(fn, args, num_processes)`, bringing back what `fn` returns on each process."""
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+    positive_int("num_processes", num_processes)
+    if not isinstance(args, tuple):
+        raise ValueError(f"args must be a tuple, got {type(args).__name__}")
+    with tempfile.TemporaryDirectory() as folder:
+
+        def keep_result(*a):
+            value = fn(*a)
+            rank = int(os.environ.get("RANK", 0))
+            with open(os.path.join(folder, f"{rank}.pkl"), "wb") as f:
+                cloudpickle.dump(value, f)
+
+        notebook_launcher(keep_result, args, num_processes=num_processes, use_port=str(_launch.free_port()))
+        results = []
+        for rank in range(num_processes):
+            path = os.path.join(folder, f"{rank}.pkl")
+            if not os.path.exists(path):
+                raise RuntimeError(f"process {rank} returned no result")
+            with open(path, "rb") as f:
+                results.append(cloudpickle.load(f))
+        return results
+
+
+def accelerator(**kwargs) -> Accelerator:
+    """An Accelerator on this machine's hardware. Without a GPU it must be told `cpu=True`:
+    otherwise processes started for "MULTI_GPU" quietly fall back to a single process each."""
+    return Accelerator(cpu=not torch.cuda.is_available(), **kwargs)
+
+
+def dataset(n_samples: int = 256, seed: int = 0):
+    return data.regression(n_samples, 16, 2, seed=seed)
+
+
+def model(seed: int = 0):
+    return models.seeded(models.MLP, seed, in_features=16, hidden=32, out_features=2)
+
+
+def train_worker(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, mixed_precision="no",
+                 accumulation_steps=1) -> dict:
+    """The training loop of lesson 2, in Accelerate: prepare, acc.backward, accumulate."""
+    acc = accelerator(mixed_precision=mixed_precision, gradient_accumulation_steps=accumulation_steps)
+    net = model(seed)
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    loader = DataLoader(dataset(n_samples, seed), batch_size=batch_size)
+    inner_dtypes = []  # what the first layer really computes in (accelerate returns fp32 outputs)
+    net[0].register_forward_hook(lambda module, args, out: inner_dtypes.append(out.dtype))
+    net, optimizer, loader = acc.prepare(net, optimizer, loader)
+    losses = []
+    for _ in range(epochs):
+        for x, y in loader:
+            with acc.accumulate(net):
+                loss = F.mse_loss(net(x), y)
+                acc.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+            losses.append(acc.gather(loss.detach()).mean().item())
+    return {"state": {k: v.cpu() for k, v in acc.unwrap_model(net).state_dict().items()},
+            "losses": losses, "distributed_type": str(acc.distributed_type), "device": str(acc.device),
+            "num_processes": acc.num_processes, "mixed_precision": acc.mixed_precision,
+            "compute_dtype": str(inner_dtypes[-1])}
+
+
+def reference(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, num_processes=2) -> dict:
+    """One process: Accelerate hands process r the batches r, r+k, r+2k, ... of the loader, so one
+    optimizer step sees k consecutive batches — one batch of k x batch_size here."""
+    if n_samples % (batch_size * num_processes):
+        raise ValueError("n_samples must be a multiple of batch_size x num_processes for an exact reference")
+    net = model(seed)
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    for _ in range(epochs):
+        for x, y in DataLoader(dataset(n_samples, seed), batch_size=batch_size * num_processes):
+            optimizer.zero_grad()
+            F.mse_loss(net(x), y).backward()
+            optimizer.step()
+    return {"state": net.state_dict()}
+
+
+def gather_worker(n_samples: int, batch_size: int) -> dict:
+    """Evaluate over `n_samples` indexed samples: what gather and gather_for_metrics return."""
+    acc = accelerator()
+    loader = acc.prepare(DataLoader(data.indexed(n_samples), batch_size=batch_size))
+    gathered, for_metrics, local = [], [], []
+    for (x,) in loader:
+        local += x.flatten().tolist()
+        gathered += acc.gather(x).flatten().tolist()
+        for_metrics += acc.gather_for_metrics(x).flatten().tolist()
+    return {"rank": acc.process_index, "local": local, "gather": gathered, "gather_for_metrics": for_metrics}
+
+
+def checkpoint_worker(folder: str) -> dict:
+    """save_state after a step, a second step, load_state: the weights return to the saved ones."""
+    acc = accelerator()
+    net = model(0)
+    optimizer = torch.optim.Adam(net.parameters())
+    loader = DataLoader(dataset(64), batch_size=8)
+    net, optimizer, loader = acc.prepare(net, optimizer, loader)
+    batches = iter(loader)
+    for _ in range(2):
+        x, y = next(batches)
+        acc.backward(F.mse_loss(net(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+        if _ == 0:
+            acc.save_state(folder)
+            saved = {k: v.clone().cpu() for k, v in acc.unwrap_model(net).state_dict().items()}
+    acc.load_state(folder)
+    restored = {k: v.cpu() for k, v in acc.unwrap_model(net).state_dict().items()}
+    acc.print(f"saved to {folder}: {sorted(os.listdir(folder))}")  # printed by the main process only
+    return {"equal": all(torch.equal(saved[k], restored[k]) for k in saved), "files": sorted(os.listdir(folder))}

@@ -1,0 +1,101 @@
+"""Lesson 4, part A: Accelerate on CPU processes, checked against single-process references."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import accel, ddp
+
+BIN = Path(sys.executable).parent
+
+
+def test_accelerate_training_equals_one_process_on_the_global_batches():
+    runs = accel.launch(accel.train_worker, 2)
+    if not torch.cuda.is_available():
+        assert runs[0]["distributed_type"] == "DistributedType.MULTI_CPU" and runs[0]["num_processes"] == 2
+    assert ddp.same_state(runs[0]["state"], runs[1]["state"], atol=0)
+    assert ddp.same_state(runs[0]["state"], accel.reference()["state"])
+
+
+def test_accumulation_equals_the_larger_batch():
+    runs = accel.launch(accel.train_worker, 2, args=(256, 8, 2, 0.05, 0, "no", 2))
+    assert ddp.same_state(runs[0]["state"], accel.reference(256, 16, 2)["state"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU behaviour")
+def test_mixed_precision_on_cpu_bf16_works_and_fp16_is_ignored():
+    bf16 = accel.launch(accel.train_worker, 2, args=(64, 16, 1, 0.05, 0, "bf16"))[0]
+    fp16 = accel.launch(accel.train_worker, 2, args=(64, 16, 1, 0.05, 0, "fp16"))[0]
+    assert bf16["compute_dtype"] == "torch.bfloat16" and fp16["compute_dtype"] == "torch.float32"
+
+
+@pytest.mark.parametrize("n, batch", [(10, 3), (13, 4), (8, 2), (5, 3)])
+def test_gather_repeats_samples_and_gather_for_metrics_does_not(n, batch):
+    runs = accel.launch(accel.gather_worker, 2, args=(n, batch))
+    for r in runs:
+        assert len(r["gather"]) == -(-n // (2 * batch)) * 2 * batch
+        assert sorted(r["gather_for_metrics"]) == list(range(n))
+    assert sorted(runs[0]["local"] + runs[1]["local"])[:n] != [] and set(runs[0]["local"]) | set(runs[1]["local"]) == set(range(n))
+
+
+def test_save_state_and_load_state_restore_the_weights(tmp_path):
+    runs = accel.launch(accel.checkpoint_worker, 2, args=(str(tmp_path),))
+    assert all(r["equal"] for r in runs) and "model.safetensors" in runs[0]["files"]
+
+
+def _json_lines(command, env=None, timeout=240):
+    out = subprocess.run(command, env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **(env or {})},
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return sorted((json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")), key=lambda l: l["rank"])
+
+
+def test_script_under_torchrun_and_accelerate_launch():
+    by_torchrun = _json_lines([str(BIN / "torchrun"), "--standalone", "--nproc_per_node=2", "-m", "helpers.accelerate_script"],
+                              env={"ACCELERATE_USE_CPU": "true"})
+    by_accelerate = _json_lines([str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+                                 "-m", "helpers.accelerate_script"])
+    for lines in (by_torchrun, by_accelerate):
+        assert [l["rank"] for l in lines] == [0, 1] and all(l["num_processes"] == 2 for l in lines)
+        if not torch.cuda.is_available():
+            assert {l["distributed_type"] for l in lines} == {"DistributedType.MULTI_CPU"}
+    assert {l["weights_sha256"] for l in by_torchrun + by_accelerate} == {by_torchrun[0]["weights_sha256"]}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU trap")
+def test_accelerate_launch_cpu_starts_a_single_process():
+    lines = _json_lines([str(BIN / "accelerate"), "launch", "--cpu", "--num_processes", "2", "-m", "helpers.accelerate_script"])
+    assert len(lines) == 1 and lines[0]["num_processes"] == 1
+
+
+def _device_in_fresh_process(env):
+    probe = "from accelerate import Accelerator; print(Accelerator(cpu=True).device)"
+    clean = {k: v for k, v in os.environ.items() if k != "USE_TORCH_XLA"}
+    out = subprocess.run([sys.executable, "-c", probe], env={**clean, **env}, capture_output=True, text=True, timeout=120)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(not __import__("helpers.xla").xla.available(), reason="the trap needs torch_xla installed")
+def test_torch_xla_trap_and_its_fix():
+    assert _device_in_fresh_process({}).startswith("xla")
+    assert _device_in_fresh_process({"USE_TORCH_XLA": "0"}) == "cpu"
+    assert os.environ["USE_TORCH_XLA"] == "0"  # set by importing helpers.accel on a machine without TPU
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(fn=None), "fn"), (dict(num_processes=0), "num_processes"),
+                                           (dict(args=[1]), "args")])
+def test_launch_rejects_bad_arguments(kwargs, match):
+    call = dict(fn=accel.gather_worker, num_processes=2, args=(4, 2))
+    call.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        accel.launch(call.pop("fn"), **call)
+
+
+def test_reference_needs_whole_global_batches():
+    with pytest.raises(ValueError, match="n_samples"):
+        accel.reference(n_samples=100, batch_size=16, num_processes=2)
