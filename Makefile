@@ -2,8 +2,9 @@
 #   make lab      start JupyterLab on the course
 #   make test     run every test (helpers, notebooks with nbval, release sync, grading end to end)
 #   make release  regenerate notebooks/ (student versions) from solutions/
-#   make grade    autograde submitted/<student>/<lesson>/ -> autograded/, feedback/, grades.csv
-#   make bench    print each notebook's execution time and the grading time per notebook
+#   make grade    autograde submitted/<student>/<lesson>/ in the sandbox -> autograded/, feedback/,
+#                 grades.csv, reports/ (JOBS=N grades N at a time; UNSANDBOXED=1 runs student code unsandboxed)
+#   make bench    print each notebook's execution time and grading times, sequential and parallel
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,10 +13,18 @@ STAMP := $(VENV)/.installed
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 NBVAL_CELL_TIMEOUT ?= 300
+JOBS ?= 1
+UNSANDBOXED ?=
 
-.PHONY: setup lab test release grade bench
+.PHONY: setup sandbox lab test release grade bench
 
 setup: $(STAMP)
+
+# The grading sandbox needs bubblewrap (and util-linux's prlimit and setpriv); install it where we can.
+sandbox:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap util-linux >/dev/null; }; } || \
+		echo "bubblewrap is missing: install it (apt-get install bubblewrap) or grade with UNSANDBOXED=1" >&2
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,15 +38,15 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: setup
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
 
-test: setup
+test: setup sandbox
 	$(BIN)/python -m pytest tests solutions --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider $(PYTEST_ARGS)
 
 release: setup
 	$(BIN)/python -m graders.pipeline release
 
-grade: setup
-	$(BIN)/python -m graders.pipeline grade
+grade: setup sandbox
+	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(UNSANDBOXED),--unsandboxed)
 
-bench: setup
+bench: setup sandbox
 	$(BIN)/python tests/bench.py

@@ -14,6 +14,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from graders.execute import CrashSafeExecute  # noqa: E402
 from graders.redact import RedactHiddenTests  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
@@ -32,6 +33,24 @@ c.OverwriteCells.add_missing_cells = True
 # Each cell of a submission may run this long; an infinite loop then fails one cell, not the batch.
 c.Execute.timeout = int(os.environ.get("GRADER_CELL_TIMEOUT", "300"))
 c.Execute.interrupt_on_timeout = True
+
+# A kernel crash costs the cell that caused it, not the submission (graders/execute.py).
+c.Autograde.autograde_preprocessors = [
+    CrashSafeExecute,
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+# Student code runs in the "course-sandbox" kernel (graders/sandbox.py), reached over unix
+# sockets in a folder the pipeline makes for each submission.
+if os.environ.get("GRADER_SANDBOX") == "1":
+    c.Execute.kernel_name = "course-sandbox"
+    c.KernelManager.transport = "ipc"
+    c.KernelManager.ip = os.environ["GRADER_IPC_PREFIX"]
 
 # Feedback: nbgrader shows hidden tests by default. Remove them and their tracebacks.
 c.GenerateFeedback.preprocessors = [

@@ -1,10 +1,12 @@
 """The grading pipeline: release the student notebooks, autograde submissions, write feedback and grades.
 
     python -m graders.pipeline release [--root DIR]
-    python -m graders.pipeline grade   [--root DIR] [--cell-timeout S] [--submission-timeout S]
+    python -m graders.pipeline grade   [--root DIR] [--jobs N] [--cell-timeout S] [--unsandboxed]
 
 `--root` is the course root (default: this repository). Each submission is autograded in its own
-nbgrader process, so one that crashes or hangs costs that submission alone and the batch goes on.
+nbgrader process, its code in the bubblewrap sandbox of graders/sandbox.py. A kernel crash costs
+the cell that caused it (the submission is graded again with that cell skipped); a hang costs the
+cell that hangs; nothing stops the batch. `--jobs N` grades N submissions at a time.
 """
 
 from __future__ import annotations
@@ -12,22 +14,34 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import queue
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import nbformat
+
+from graders import sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = Path(__file__).resolve().parent / "nbgrader_config"  # nbgrader appends ".py"
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+MAX_CRASHES = 5
+SANDBOX_UID_BASE = 61000  # unprivileged uids with no account: one per parallel grading job
 
 
 @dataclass
 class Result:
     student: str
     lesson: str
-    status: str  # "graded", or why there is no grade
+    status: str  # "graded" (with notes), or why there is no grade
+    seconds: float = 0.0
 
 
 def lessons(root: Path) -> list[str]:
@@ -35,15 +49,13 @@ def lessons(root: Path) -> list[str]:
     return sorted(d.name for d in (root / "solutions").iterdir() if (d / f"{d.name}.ipynb").is_file())
 
 
-def nbgrader(root: Path, *args: str, timeout: float | None = None, cell_timeout: int | None = None):
+def nbgrader(root: Path, *args: str, timeout: float | None = None, env: dict | None = None):
     exe = Path(sys.executable).with_name("nbgrader")
-    env = dict(os.environ)
-    env["PATH"] = f"{exe.parent}{os.pathsep}{env.get('PATH', '')}"  # nbgrader runs `alembic` from PATH
-    if cell_timeout is not None:
-        env["GRADER_CELL_TIMEOUT"] = str(cell_timeout)
+    full_env = {**os.environ, **(env or {})}
+    full_env["PATH"] = f"{exe.parent}{os.pathsep}{full_env.get('PATH', '')}"  # nbgrader runs `alembic` from PATH
     cmd = [str(exe), *args, f"--JupyterApp.config_file={CONFIG}", f"--CourseDirectory.root={root}"]
     try:
-        return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(cmd, cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
         return subprocess.CompletedProcess(cmd, returncode=-1, stdout="", stderr=f"timed out after {err.timeout} s")
 
@@ -62,42 +74,140 @@ def release(root: Path = REPO) -> list[Path]:
     return written
 
 
-def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 1800) -> list[Result]:
-    """Autograde everything under submitted/<student>/<lesson>/, write feedback/ and grades.csv."""
+class SandboxUnavailable(RuntimeError):
+    pass
+
+
+def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 3600, jobs: int = 1,
+          sandboxed: bool = True) -> list[Result]:
+    """Autograde everything under submitted/<student>/<lesson>/, write feedback/, grades.csv and a report plot."""
+    if sandboxed and (why := sandbox.available()):
+        raise SandboxUnavailable(f"cannot sandbox student code: {why}. Fix that, or grade with --unsandboxed "
+                                 "(make grade UNSANDBOXED=1) to run submissions with your own rights.")
     course_lessons = lessons(root)
     for lesson in course_lessons:  # records each lesson's grade cells in the gradebook
         _check(nbgrader(root, "generate_assignment", lesson, "--force"), f"generate_assignment {lesson}")
-    results = []
     submitted = root / "submitted"
     students = sorted(d.name for d in submitted.iterdir() if d.is_dir()) if submitted.is_dir() else []
+    tasks, results = [], []
     for student in students:
         if not STUDENT_ID.match(student):
             results.append(Result(student, "", "skipped: not a valid student id"))
             continue
-        for lesson in course_lessons:
-            if (submitted / student / lesson).is_dir():
-                results.append(_grade_one(root, student, lesson, cell_timeout, submission_timeout))
+        tasks += [(student, lesson) for lesson in course_lessons if (submitted / student / lesson).is_dir()]
+    slots = queue.Queue()  # one sandbox uid per parallel job
+    for slot in range(max(1, jobs)):
+        slots.put(SANDBOX_UID_BASE + slot)
+
+    def run(task):
+        uid = slots.get()
+        try:
+            return _grade_one(root, *task, cell_timeout, submission_timeout, spec_dir, uid)
+        finally:
+            slots.put(uid)
+
+    with tempfile.TemporaryDirectory(prefix="grader-") as scratch:
+        spec_dir = sandbox.kernelspec(scratch) if sandboxed else None
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            results += pool.map(run, tasks)
     write_grades_csv(root, results)
     return results
 
 
-def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submission_timeout: int) -> Result:
-    proc = nbgrader(root, "autograde", lesson, f"--student={student}", "--create", "--force",
-                    timeout=submission_timeout, cell_timeout=cell_timeout)
-    graded = root / "autograded" / student / lesson / f"{lesson}.ipynb"
-    if proc.returncode != 0 or not graded.is_file():
-        return Result(student, lesson, "not graded: " + _reason(proc))
+def _prepare(root: Path, student: str, lesson: str) -> str | None:
+    """Find the lesson's notebook in the submission; None if it is fine, else why it cannot be graded.
+    A single notebook under another name is graded as if correctly named (the copy is noted)."""
+    folder = root / "submitted" / student / lesson
+    expected = folder / f"{lesson}.ipynb"
+    if not expected.is_file():
+        others = sorted(folder.glob("*.ipynb"))
+        if len(others) != 1:
+            return "not graded: no notebook named " + expected.name
+        shutil.copy(others[0], expected)
+    try:
+        submission = nbformat.read(expected, as_version=4)
+    except Exception as error:  # truncated, not JSON, not a notebook
+        return f"not graded: the notebook cannot be read ({type(error).__name__})"
+    if _restore_metadata(submission, nbformat.read(root / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)):
+        nbformat.write(submission, expected)
+    return None
+
+
+def _restore_metadata(submission, source) -> bool:
+    """Give back the nbgrader metadata a student's editor stripped, matching cells by their ids
+    (nbgrader itself cannot grade a notebook whose exercise cells lost it)."""
+    known = {cell.get("id"): cell.metadata["nbgrader"] for cell in source.cells if "nbgrader" in cell.metadata}
+    restored = False
+    for cell in submission.cells:
+        if "nbgrader" not in cell.metadata and cell.get("id") in known:
+            cell.metadata["nbgrader"] = dict(known[cell.get("id")])
+            restored = True
+    return restored
+
+
+def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submission_timeout: int,
+               spec_dir: str | None, uid: int = 0) -> Result:
+    start = time.monotonic()
+    problem = _prepare(root, student, lesson)
+    if problem:
+        return Result(student, lesson, problem, time.monotonic() - start)
+    skipped: list[int] = []
+    busy_retries = 3
+    with tempfile.TemporaryDirectory(prefix="g-", dir="/tmp") as ipc, tempfile.NamedTemporaryFile() as progress:
+        os.chmod(ipc, 0o700)
+        env = {"GRADER_CELL_TIMEOUT": str(cell_timeout), "GRADER_PROGRESS_FILE": progress.name}
+        if spec_dir:
+            env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=spec_dir,
+                       GRADER_SANDBOX_UID=str(uid),
+                       GRADER_HIDE=os.pathsep.join({str(root), str(REPO), str(REPO.parent)}),
+                       GRADER_READONLY=str(REPO / "helpers"))
+        while True:
+            env["GRADER_SKIP_CELLS"] = ",".join(map(str, skipped))
+            proc = nbgrader(root, "autograde", lesson, f"--student={student}", "--create", "--force",
+                            timeout=submission_timeout, env=env)
+            graded = root / "autograded" / student / lesson / f"{lesson}.ipynb"
+            if proc.returncode == 0 and graded.is_file():
+                break
+            if "database is locked" in proc.stdout + proc.stderr and busy_retries > 0:
+                busy_retries -= 1  # another job held the gradebook a moment too long: grading is idempotent
+                continue
+            crashed = _reason(proc) in (KERNEL_DIED, KERNEL_HUNG)
+            cell = _read_int(progress.name)
+            if not crashed or cell is None or cell in skipped or len(skipped) >= MAX_CRASHES:
+                return Result(student, lesson, "not graded: " + _reason(proc), time.monotonic() - start)
+            skipped.append(cell)
     feedback = nbgrader(root, "generate_feedback", lesson, f"--student={student}", "--force", timeout=600)
-    status = "graded" if feedback.returncode == 0 else "graded (feedback failed)"
-    return Result(student, lesson, status)
+    status = "graded"
+    if skipped:
+        cells = ", ".join(map(str, skipped))
+        status += f" (cell{'s' if len(skipped) > 1 else ''} {cells} broke the kernel and {'were' if len(skipped) > 1 else 'was'} skipped)"
+    if feedback.returncode != 0:
+        status += " (feedback failed)"
+    return Result(student, lesson, status, time.monotonic() - start)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        return int(Path(path).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+KERNEL_DIED = "the kernel died"
+KERNEL_HUNG = "a cell hung and the kernel stopped answering"
 
 
 def _reason(proc) -> str:
     text = proc.stdout + proc.stderr
-    if "timed out" in text:
+    if "timed out after" in text:
         return "the submission ran past its time limit"
-    if "DeadKernelError" in text or "Kernel died" in text:
-        return "the kernel died"
+    if "DeadKernelError" in text or "Kernel died" in text or "kernel died" in text:
+        return KERNEL_DIED
+    if "CellTimeoutError" in text:  # the interrupt after a cell's timeout went unanswered (e.g. a fork bomb)
+        return KERNEL_HUNG
+    errors = [l.strip() for l in text.splitlines() if re.match(r"^\s+\w+(Error|Exception): ", l)]
+    if errors:
+        return errors[-1][:200]
     lines = [l for l in text.splitlines() if "ERROR" in l]
     return lines[-1][:200] if lines else f"nbgrader exited with {proc.returncode}"
 
@@ -128,32 +238,70 @@ def write_grades_csv(root: Path, results: list[Result]) -> Path:
     cells = [f"{lesson}:{cell}" for lesson, by_cell in lesson_cells.items() for cell in by_cell]
     with open(path, "w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["student", "lesson", "status", "score", "max_score", *cells])
+        out.writerow(["student", "lesson", "status", "score", "max_score", "seconds", *cells])
         for r in results:
             maximum = lesson_cells.get(r.lesson, {})
             got = scores(root, r.student, r.lesson) if r.status.startswith("graded") else None
             per_cell = {f"{r.lesson}:{k}": v for k, v in (got or dict.fromkeys(maximum, 0.0)).items()}
             out.writerow([r.student, r.lesson, r.status, sum(per_cell.values()), sum(maximum.values()),
-                          *[per_cell.get(c, "") for c in cells]])
+                          round(r.seconds, 1), *[per_cell.get(c, "") for c in cells]])
     return path
+
+
+def report(root: Path = REPO) -> Path:
+    """reports/points-lost.png: per exercise, how many students lost points there."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(root / "grades.csv") as f:
+        rows = list(csv.DictReader(f))
+    by_lesson: dict[str, dict[str, int]] = {}
+    for lesson in lessons(root):
+        maximum = max_scores(root, lesson)
+        lesson_rows = [r for r in rows if r["lesson"] == lesson]
+        by_lesson[lesson] = {cell.removesuffix("_tests"): sum(float(r[f"{lesson}:{cell}"] or 0) < top for r in lesson_rows)
+                             for cell, top in maximum.items()} if lesson_rows else {}
+    shown = {k: v for k, v in by_lesson.items() if v}
+    fig, axes = plt.subplots(len(shown) or 1, 1, figsize=(8, 2.2 * max(1, len(shown))), squeeze=False)
+    for ax, (lesson, lost) in zip(axes[:, 0], shown.items()):
+        ax.barh(list(lost), list(lost.values()), color="C3")
+        ax.set_title(f"{lesson}: students who lost points, per exercise", fontsize=9)
+        ax.invert_yaxis()
+        ax.tick_params(labelsize=8)
+    fig.tight_layout()
+    out = root / "reports" / "points-lost.png"
+    out.parent.mkdir(exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["release", "grade"])
     parser.add_argument("--root", type=Path, default=REPO)
+    parser.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time")
     parser.add_argument("--cell-timeout", type=int, default=300)
-    parser.add_argument("--submission-timeout", type=int, default=1800)
+    parser.add_argument("--submission-timeout", type=int, default=3600)
+    parser.add_argument("--unsandboxed", action="store_true", help="run student code without the sandbox (unsafe)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
     if args.command == "release":
         for path in release(root):
             print("released", path.relative_to(root))
         return 0
-    results = grade(root, args.cell_timeout, args.submission_timeout)
+    try:
+        results = grade(root, args.cell_timeout, args.submission_timeout, args.jobs, sandboxed=not args.unsandboxed)
+    except SandboxUnavailable as error:
+        print(error, file=sys.stderr)
+        return 2
+    if args.unsandboxed:
+        print("WARNING: graded without the sandbox: student code ran with your rights.", file=sys.stderr)
     for r in results:
         print(f"{r.student:<20} {r.lesson:<24} {r.status}")
-    print(f"grades: {root / 'grades.csv'}  feedback: {root / 'feedback'}")
+    print(f"grades: {root / 'grades.csv'}  feedback: {root / 'feedback'}  report: {report(root)}")
     return 0
 
 

