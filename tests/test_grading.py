@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from graders import pipeline
+from graders import pipeline, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 LESSON = "01-dataparallel"
@@ -83,7 +83,7 @@ def graded(tmp_path_factory):
             if edit:
                 edit(nb)
             nbformat.write(nb, folder / f"{lesson}.ipynb")
-    results = pipeline.grade(root, cell_timeout=20, submission_timeout=900, jobs=2)
+    results = pipeline.grade(root, cell_timeout=20, submission_timeout=900, jobs=2, sandboxed=sandbox.available() is None)
     with open(root / "grades.csv") as f:
         rows = {(row["student"], row["lesson"]): row for row in csv.DictReader(f)}
     return root, {(r.student, r.lesson): r for r in results}, rows
