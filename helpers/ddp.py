@@ -83,6 +83,12 @@ class TrainConfig:
     seed: int = 0
     set_epoch: bool = True
 
+    def __post_init__(self):
+        for name in ("n_samples", "in_features", "hidden", "out_features", "batch_size", "epochs"):
+            positive_int(name, getattr(self, name))
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or self.lr <= 0:
+            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
+
     def dataset(self):
         return data.regression(self.n_samples, self.in_features, self.out_features, seed=self.seed)
 

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from . import data
+from ._validate import positive_int
 from .hardware import _tpu_present
 
 
@@ -51,6 +52,8 @@ def trainer_kwargs() -> dict:
 def samplers_seen(n_samples: int = 10, batch_size: int = 2, shuffle: bool = False, **kwargs) -> list[dict]:
     """Fit one epoch over `n_samples` indexed samples with a plain DataLoader (no sampler of ours)
     and return, per process, the sampler Lightning put in its place."""
+    positive_int("n_samples", n_samples)
+    positive_int("batch_size", batch_size)
     kwargs = kwargs or trainer_kwargs()
     with tempfile.TemporaryDirectory() as folder:
         trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -129,6 +129,8 @@ def test_batch_and_learning_rate_arithmetic():
     (lambda: ddp.linear_scaled_lr(-1, 2, 4), "base_lr"),
     (lambda: ddp.ring_allreduce_bytes(10, 0), "world_size"),
     (lambda: memory.ddp_rank_bytes(torch.nn.Linear(2, 2), None, None, None), "ddp_model"),
+    (lambda: TrainConfig(batch_size=0), "batch_size"),
+    (lambda: TrainConfig(lr=-0.1), "lr"),
 ])
 def test_bad_arguments(call, match):
     with pytest.raises(ValueError, match=match):

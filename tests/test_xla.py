@@ -80,3 +80,8 @@ def test_lightning_inserts_a_distributed_sampler():
     for s in seen:
         assert s["sampler"] == "DistributedSampler" and s["num_replicas"] == 2 and s["sampler_rank"] == s["rank"]
         assert s["indices"] == ddp.shard_indices(10, 2, s["rank"], shuffle=s["shuffle"])
+
+
+def test_lightning_demo_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="batch_size"):
+        lightning_demo.samplers_seen(n_samples=10, batch_size=0)
