@@ -152,7 +152,7 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
     if problem:
         return Result(student, lesson, problem, time.monotonic() - start)
     skipped: list[int] = []
-    busy_retries = 3
+    busy_retries = 2
     with tempfile.TemporaryDirectory(prefix="g-", dir="/tmp") as ipc, tempfile.NamedTemporaryFile() as progress:
         os.chmod(ipc, 0o700)
         env = {"GRADER_CELL_TIMEOUT": str(cell_timeout), "GRADER_PROGRESS_FILE": progress.name}
@@ -168,10 +168,10 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
             graded = root / "autograded" / student / lesson / f"{lesson}.ipynb"
             if proc.returncode == 0 and graded.is_file():
                 break
-            if "database is locked" in proc.stdout + proc.stderr and busy_retries > 0:
-                busy_retries -= 1  # another job held the gradebook a moment too long: grading is idempotent
-                continue
             crashed = _reason(proc) in (KERNEL_DIED, KERNEL_HUNG)
+            if not crashed and busy_retries > 0 and "timed out after" not in proc.stderr:
+                busy_retries -= 1  # e.g. another job held the gradebook a moment too long: grading is idempotent
+                continue
             cell = _read_int(progress.name)
             if not crashed or cell is None or cell in skipped or len(skipped) >= MAX_CRASHES:
                 return Result(student, lesson, "not graded: " + _reason(proc), time.monotonic() - start)

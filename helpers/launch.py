@@ -200,9 +200,11 @@ def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, resul
 def _stderr_to_file(rank: int) -> None:
     """A rank's C++ and Python warnings go to a file, not into the notebook: in a graded cell,
     anything on stderr counts as a failed test (nbgrader). A failing rank's report carries the tail."""
-    sys.stderr.flush()
     log = tempfile.NamedTemporaryFile(prefix=f"rank{rank}-", suffix=".log", delete=False)
     os.dup2(log.fileno(), 2)
+    # a plain stream on fd 2: a process forked from a Jupyter kernel inherits the kernel's stderr
+    # object, whose flush waits for an I/O thread the child does not have
+    sys.stderr = open(2, "w", closefd=False, buffering=1)
     os.environ["HELPERS_RANK_LOG"] = log.name
 
 
