@@ -4,12 +4,12 @@ import argparse
 import hashlib
 import json
 import os
-import socket
 import sys
 
 import torch
 
 from helpers import data, models
+from helpers.launch import free_port  # noqa: F401  (step2_spawn picks its port with it)
 
 
 def parse_args(description, world_size=False):
@@ -40,8 +40,3 @@ def summary(step, rank, world_size, loss, model):
     sys.stdout.flush()
     os.write(1, (line + "\n").encode())  # one write: lines of several ranks never interleave
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
