@@ -151,7 +151,7 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
     problem = _prepare(root, student, lesson)
     if problem:
         return Result(student, lesson, problem, time.monotonic() - start)
-    skipped: list[int] = []
+    skipped: dict[int, str] = {}  # cell index -> what it did to the kernel
     busy_retries = 2
     with tempfile.TemporaryDirectory(prefix="g-", dir="/tmp") as ipc, tempfile.NamedTemporaryFile() as progress:
         os.chmod(ipc, 0o700)
@@ -168,19 +168,19 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
             graded = root / "autograded" / student / lesson / f"{lesson}.ipynb"
             if proc.returncode == 0 and graded.is_file():
                 break
-            crashed = _reason(proc) in (KERNEL_DIED, KERNEL_HUNG)
+            reason = _reason(proc)
+            crashed = reason in (KERNEL_DIED, KERNEL_HUNG)
             if not crashed and busy_retries > 0 and "timed out after" not in proc.stderr:
                 busy_retries -= 1  # e.g. another job held the gradebook a moment too long: grading is idempotent
                 continue
             cell = _read_int(progress.name)
             if not crashed or cell is None or cell in skipped or len(skipped) >= MAX_CRASHES:
-                return Result(student, lesson, "not graded: " + _reason(proc), time.monotonic() - start)
-            skipped.append(cell)
+                return Result(student, lesson, "not graded: " + reason, time.monotonic() - start)
+            skipped[cell] = reason
     feedback = nbgrader(root, "generate_feedback", lesson, f"--student={student}", "--force", timeout=600)
     status = "graded"
     if skipped:
-        cells = ", ".join(map(str, skipped))
-        status += f" (cell{'s' if len(skipped) > 1 else ''} {cells} broke the kernel and {'were' if len(skipped) > 1 else 'was'} skipped)"
+        status += " (" + "; ".join(f"cell {cell} skipped: {why}" for cell, why in skipped.items()) + ")"
     if feedback.returncode != 0:
         status += " (feedback failed)"
     return Result(student, lesson, status, time.monotonic() - start)

@@ -34,7 +34,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from ._validate import positive_int
+from ._validate import positive_int, positive_number
 
 STOP_GRACE_S = 3.0
 
@@ -91,8 +91,7 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
         raise ValueError(f"worker must be callable, got {type(worker).__name__}")
     if not isinstance(args, tuple):
         raise ValueError(f"args must be a tuple, got {type(args).__name__}")
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    positive_number("timeout_s", timeout_s)
     p = plan(n_procs, backend)
     payload = cloudpickle.dumps((worker, args))
     ctx = _context()

@@ -13,12 +13,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
 import cloudpickle
 
-from ._validate import positive_int
+from ._validate import positive_int, positive_number
 from .hardware import _tpu_present
 
 MISSING = ("torch_xla is not installed here. It ships wheels for Linux x86-64 only (not macOS or Windows): "
@@ -43,36 +44,85 @@ def environment(n_devices: int = 8) -> dict[str, str]:
 
 def run(fn, *args, n_devices: int = 8, timeout_s: float = 300, **kwargs):
     """Run `fn(*args, **kwargs)` in a fresh process on XLA devices and return its result."""
+    children = _Children()
+    try:
+        return _run(fn, args, kwargs, n_devices, timeout_s, children)
+    finally:
+        children.stop()
+
+
+def run_many(jobs, n_devices: int = 8, timeout_s: float = 300) -> list:
+    """Several `(fn, args, kwargs)` jobs, each in its own fresh process, side by side.
+
+    If one job fails, or the caller is interrupted (Jupyter's stop button), every process still
+    running is killed at once, so the kernel answers again right away.
+    """
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    jobs = list(jobs)
+    # a TPU serves one process at a time; virtual CPU devices can run side by side
+    workers = 1 if _tpu_present() else max(1, min(len(jobs), os.cpu_count() or 1))
+    children = _Children()
+    with ThreadPoolExecutor(workers) as pool:
+        try:
+            futures = [pool.submit(_run, fn, args, kwargs, n_devices, timeout_s, children) for fn, args, kwargs in jobs]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in futures:
+                if f in done and f.exception() is not None:
+                    raise f.exception()
+            return [f.result() for f in futures]
+        finally:
+            children.stop()
+
+
+class _Children:
+    """The XLA processes of one call; `stop` kills those running and refuses new ones."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen] = set()
+        self._stopped = False
+
+    def start(self, cmd, env) -> subprocess.Popen:
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("stopped before it started: another XLA job failed or the run was interrupted")
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self._procs.add(proc)
+            return proc
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for proc in self._procs:
+                proc.kill()  # a no-op for one that has exited
+
+
+def _run(fn, args, kwargs, n_devices: int, timeout_s: float, children: _Children):
     if not available():
         raise XLAUnavailable(MISSING)
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+    positive_number("timeout_s", timeout_s)
     env = {**os.environ, **environment(n_devices), "TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR"}
     with tempfile.TemporaryDirectory() as folder:
         job, result = os.path.join(folder, "job.pkl"), os.path.join(folder, "result.pkl")
         with open(job, "wb") as f:
             cloudpickle.dump((fn, args, kwargs), f)
-        proc = subprocess.run([sys.executable, "-m", "helpers.xla", job, result], env=env, capture_output=True,
-                              text=True, timeout=timeout_s)
+        proc = children.start([sys.executable, "-m", "helpers.xla", job, result], env)
+        try:
+            _, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise TimeoutError(f"the XLA process ran past timeout_s={timeout_s} s and was stopped") from None
         if not os.path.exists(result):
-            raise RuntimeError(f"the XLA process exited with code {proc.returncode}:\n{proc.stderr[-3000:]}")
+            raise RuntimeError(f"the XLA process exited with code {proc.returncode}:\n{stderr[-3000:]}")
         with open(result, "rb") as f:
             ok, value = cloudpickle.load(f)
     if not ok:
         raise RuntimeError(f"in the XLA process:\n{value}")
     return value
-
-
-def run_many(jobs, n_devices: int = 8, timeout_s: float = 300) -> list:
-    """Several `(fn, args, kwargs)` jobs, each in its own fresh process, side by side."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    jobs = list(jobs)
-    # a TPU serves one process at a time; virtual CPU devices can run side by side
-    workers = 1 if _tpu_present() else max(1, min(len(jobs), os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(run, fn, *args, n_devices=n_devices, timeout_s=timeout_s, **kwargs) for fn, args, kwargs in jobs]
-        return [f.result() for f in futures]
 
 
 def _child(job: str, result: str) -> None:

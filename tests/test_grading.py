@@ -13,6 +13,9 @@ from graders import pipeline, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 LESSON = "01-dataparallel"
+# Above the slowest cell of any lesson with two jobs sharing two cores (lesson 4's XLA cells: ~15 s alone),
+# or a correct solution would lose points to the timeout; the infinite loop pays it once.
+CELL_TIMEOUT = 120
 POINTS = {
     "01-dataparallel": {"split_sizes_tests": 2, "device_samples_tests": 2, "dp_gradients_tests": 3,
                         "device0_extra_tests": 3, "portable_checkpoint_tests": 3, "quiz_tests": 2},
@@ -83,7 +86,7 @@ def graded(tmp_path_factory):
             if edit:
                 edit(nb)
             nbformat.write(nb, folder / f"{lesson}.ipynb")
-    results = pipeline.grade(root, cell_timeout=20, submission_timeout=900, jobs=2, sandboxed=sandbox.available() is None)
+    results = pipeline.grade(root, cell_timeout=CELL_TIMEOUT, submission_timeout=900, jobs=2, sandboxed=sandbox.available() is None)
     with open(root / "grades.csv") as f:
         rows = {(row["student"], row["lesson"]): row for row in csv.DictReader(f)}
     return root, {(r.student, r.lesson): r for r in results}, rows

@@ -1,5 +1,10 @@
 """Lesson 4, part B: torch_xla on virtual XLA:CPU devices, and Lightning's automatic sampler."""
 
+import subprocess
+import sys
+import textwrap
+import time
+
 import pytest
 
 from helpers import ddp, lightning_demo, xla
@@ -50,6 +55,42 @@ def test_errors_in_the_xla_process_come_back():
 
     with pytest.raises(RuntimeError, match="ArithmeticError: inside XLA"):
         xla.run(boom)
+
+
+@needs_xla
+def test_a_failing_job_stops_the_others_at_once():
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="ValueError"):
+        xla.run_many([(time.sleep, (120,), {}), (int, ("not a number",), {})])
+    assert time.monotonic() - start < 60  # not the 120 s the other job would take
+
+
+@needs_xla
+def test_interrupting_run_many_kills_its_processes():
+    """Jupyter's stop button (or nbgrader's cell timeout) sends SIGINT to the kernel: the call must end
+    at once, or the kernel stays busy and every later cell times out behind it."""
+    script = textwrap.dedent("""
+        import os, signal, threading, time
+        from helpers import xla
+        threading.Timer(5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        start = time.monotonic()
+        try:
+            xla.run_many([(time.sleep, (120,), {})] * 2)
+        except KeyboardInterrupt:
+            print(f"interrupted after {time.monotonic() - start:.1f} s")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100)
+    assert "interrupted after" in proc.stdout, proc.stderr
+    assert float(proc.stdout.split()[-2]) < 60
+
+
+@needs_xla
+def test_timeout_and_its_validation():
+    with pytest.raises(TimeoutError, match="timeout_s=3"):
+        xla.run(time.sleep, 120, timeout_s=3)
+    for bad in (0, -1, "5", True):
+        with pytest.raises(ValueError, match="timeout_s"):
+            xla.run(time.sleep, 1, timeout_s=bad)
 
 
 @needs_xla
