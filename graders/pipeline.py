@@ -34,6 +34,9 @@ CONFIG = Path(__file__).resolve().parent / "nbgrader_config"  # nbgrader appends
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 MAX_CRASHES = 5
 SANDBOX_UID_BASE = 61000  # unprivileged uids with no account: one per parallel grading job
+KERNEL_DIED = "the kernel died"
+KERNEL_HUNG = "a cell hung and the kernel stopped answering"
+TIMED_OUT = "the submission ran past its time limit"
 
 
 @dataclass
@@ -170,7 +173,7 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
                 break
             reason = _reason(proc)
             crashed = reason in (KERNEL_DIED, KERNEL_HUNG)
-            if not crashed and busy_retries > 0 and "timed out after" not in proc.stderr:
+            if not crashed and busy_retries > 0 and reason != TIMED_OUT:
                 busy_retries -= 1  # e.g. another job held the gradebook a moment too long: grading is idempotent
                 continue
             cell = _read_int(progress.name)
@@ -193,14 +196,10 @@ def _read_int(path: str) -> int | None:
         return None
 
 
-KERNEL_DIED = "the kernel died"
-KERNEL_HUNG = "a cell hung and the kernel stopped answering"
-
-
 def _reason(proc) -> str:
     text = proc.stdout + proc.stderr
     if "timed out after" in text:
-        return "the submission ran past its time limit"
+        return TIMED_OUT
     if "DeadKernelError" in text or "Kernel died" in text or "kernel died" in text:
         return KERNEL_DIED
     if "CellTimeoutError" in text:  # the interrupt after a cell's timeout went unanswered (e.g. a fork bomb)

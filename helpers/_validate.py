@@ -19,3 +19,12 @@ def positive_number(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
     return value
+
+
+def low_precision_dtype(name: str, value, allow_none: bool = True):
+    """torch.float16 or torch.bfloat16 (or None, meaning fp32, when `allow_none`)."""
+    import torch
+
+    if value not in (torch.float16, torch.bfloat16) + ((None,) if allow_none else ()):
+        raise ValueError(f"{name} must be {'None, ' if allow_none else ''}torch.float16 or torch.bfloat16, got {value}")
+    return value

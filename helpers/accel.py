@@ -20,8 +20,8 @@ import torch.nn.functional as F  # noqa: E402
 from accelerate import Accelerator, notebook_launcher  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from . import data, launch as _launch, models  # noqa: E402
-from ._validate import positive_int  # noqa: E402
+from . import data, ddp, launch as _launch  # noqa: E402
+from ._validate import positive_int, positive_number  # noqa: E402
 
 
 def launch(fn, num_processes: int = 2, args: tuple = ()) -> list:
@@ -65,11 +65,12 @@ def accelerator(**kwargs) -> Accelerator:
 
 
 def dataset(n_samples: int = 256, seed: int = 0):
-    return data.regression(n_samples, 16, 2, seed=seed)
+    """Lesson 2's data (ddp.TrainConfig), so both lessons train the same thing."""
+    return ddp.TrainConfig(n_samples=n_samples, seed=seed).dataset()
 
 
 def model(seed: int = 0):
-    return models.seeded(models.MLP, seed, in_features=16, hidden=32, out_features=2)
+    return ddp.TrainConfig(seed=seed).model()
 
 
 def train_worker(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, mixed_precision="no",
@@ -100,6 +101,10 @@ def train_worker(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, mixed_
 def reference(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, num_processes=2) -> dict:
     """One process: Accelerate hands process r the batches r, r+k, r+2k, ... of the loader, so one
     optimizer step sees k consecutive batches — one batch of k x batch_size here."""
+    for name, value in (("n_samples", n_samples), ("batch_size", batch_size), ("epochs", epochs),
+                        ("num_processes", num_processes)):
+        positive_int(name, value)
+    positive_number("lr", lr)
     if n_samples % (batch_size * num_processes):
         raise ValueError("n_samples must be a multiple of batch_size x num_processes for an exact reference")
     net = model(seed)

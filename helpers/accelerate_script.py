@@ -7,22 +7,17 @@ On CPUs, either:  accelerate launch --multi_gpu --num_processes 2 -m helpers.acc
 Each process prints one JSON line.
 """
 
-import hashlib
-import json
 import os
 
-import torch
-
 from helpers import accel
+from helpers.ddp_scripts.common import fingerprint, print_line
 
 
 def main():
     result = accel.train_worker()
-    weights = torch.cat([v.flatten() for v in result["state"].values()])
-    line = json.dumps({"rank": int(os.environ.get("RANK", 0)), "distributed_type": result["distributed_type"],
-                       "num_processes": result["num_processes"], "loss": round(result["losses"][-1], 6),
-                       "weights_sha256": hashlib.sha256(weights.numpy().tobytes()).hexdigest()[:16]})
-    os.write(1, (line + "\n").encode())
+    print_line({"rank": int(os.environ.get("RANK", 0)), "distributed_type": result["distributed_type"],
+                "num_processes": result["num_processes"], "loss": round(result["losses"][-1], 6),
+                "weights_sha256": fingerprint(result["state"].values())})
 
 
 if __name__ == "__main__":

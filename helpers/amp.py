@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import training
 from ._saved import saved_bytes
-from ._validate import one_of, positive_int
+from ._validate import low_precision_dtype, one_of, positive_int, positive_number
 
 FORMATS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 LOW_PRECISION = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -65,7 +66,7 @@ def probe_ops(device: str) -> dict:
         "sum(linear)": lambda: F.linear(x, w).sum(),
         "exp(linear)": lambda: F.linear(x, w).exp(),
         "mse_loss(linear)": lambda: F.mse_loss(F.linear(x, w), torch.zeros(8, 4, device=device)),
-        "cross_entropy(linear)": lambda: F.cross_entropy(F.linear(x, w), target[:8] % 4),
+        "cross_entropy(linear)": lambda: F.cross_entropy(F.linear(x, w), target),
     }
 
 
@@ -73,8 +74,7 @@ def autocast_dtypes(device: str | None = None, dtype: torch.dtype = torch.bfloat
     """Run each probe op under `torch.autocast(device, dtype)` and return its output dtype."""
     device = device or device_type()
     one_of("device", device, {"cpu", "cuda"})
-    if dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype}")
+    low_precision_dtype("dtype", dtype, allow_none=False)
     ops = probe_ops(device)
     with torch.autocast(device, dtype=dtype):
         return {name: op().dtype for name, op in ops.items()}
@@ -85,8 +85,7 @@ def saved_activation_bytes(model: nn.Module, x: torch.Tensor, dtype: torch.dtype
     in fp32 (`dtype=None`) or under autocast to `dtype`."""
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
-    if dtype not in (None, torch.float16, torch.bfloat16):
-        raise ValueError(f"dtype must be None, torch.float16 or torch.bfloat16, got {dtype}")
+    low_precision_dtype("dtype", dtype)
     with saved_bytes(list(model.parameters()) + [x]) as saved:
         with torch.autocast(x.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             model(x)
@@ -100,8 +99,7 @@ def scaler_trajectory(overflow: Sequence[bool], init_scale: float = 2.0**16, gro
     `overflow[i]` makes step i's gradient inf. Returns, per step, the scale used, whether the
     optimizer step was skipped, and the scale after `update()`.
     """
-    if isinstance(init_scale, bool) or not isinstance(init_scale, (int, float)) or init_scale <= 0:
-        raise ValueError(f"init_scale must be a positive number, got {init_scale!r}")
+    positive_number("init_scale", init_scale)
     positive_int("growth_interval", growth_interval)
     device = device or device_type()
     weight = nn.Parameter(torch.ones(1, device=device))
@@ -124,6 +122,7 @@ def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torc
                  loss_fn=F.mse_loss) -> float:
     """Mean seconds of a training step (forward, backward, SGD step) in fp32 or under autocast."""
     positive_int("steps", steps)
+    low_precision_dtype("dtype", dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     device = x.device.type
     times = []
@@ -131,11 +130,7 @@ def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torc
         if device == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        optimizer.zero_grad()
-        with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
+        training.step(model, optimizer, x, y, loss_fn, dtype)
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
@@ -144,6 +139,8 @@ def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torc
 
 def matmul_tflops(n: int = 4096, dtype: torch.dtype = torch.bfloat16, repeats: int = 10) -> float:
     """Measured matrix-multiply throughput on the GPU (tensor cores for fp16/bf16)."""
+    positive_int("n", n)
+    positive_int("repeats", repeats)
     if not torch.cuda.is_available():
         raise ValueError("matmul_tflops measures a GPU; this machine has none")
     a = torch.randn(n, n, device="cuda", dtype=dtype)
@@ -161,6 +158,8 @@ def amp_worker(rank: int, world_size: int, dtype_name: str, steps: int = 20) -> 
     """DDP + autocast: each rank trains under autocast; returns the loss curve."""
     from . import data, ddp, launch, models
 
+    one_of("dtype_name", dtype_name, set(FORMATS))
+    positive_int("steps", steps)
     dtype = LOW_PRECISION.get(dtype_name)
     device = launch.device()
     model = ddp.wrap(models.seeded(models.MLP, 0, in_features=16, hidden=64, out_features=2))
@@ -170,13 +169,7 @@ def amp_worker(rank: int, world_size: int, dtype_name: str, steps: int = 20) -> 
     x, y = x[rank::world_size].to(device), y[rank::world_size].to(device)
     losses = []
     for _ in range(steps):
-        optimizer.zero_grad()
-        with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            loss = F.mse_loss(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        losses.append(loss.item())
+        losses.append(training.step(model, optimizer, x, y, F.mse_loss, dtype, scaler).item())
     return {"losses": losses}
 
 

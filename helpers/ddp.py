@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tqdm.auto import tqdm
 
 from . import checkpoints, data, launch, memory, models
-from ._validate import positive_int
+from ._validate import positive_int, positive_number
 
 
 # ---- arithmetic ---------------------------------------------------------------------------
@@ -48,8 +48,7 @@ def global_batch(per_device_batch: int, world_size: int, accumulation_steps: int
 
 def linear_scaled_lr(base_lr: float, base_batch: int, new_batch: int) -> float:
     """The linear scaling rule (Goyal et al., 2017): the learning rate grows with the global batch."""
-    if isinstance(base_lr, bool) or not isinstance(base_lr, (int, float)) or base_lr <= 0:
-        raise ValueError(f"base_lr must be a positive number, got {base_lr!r}")
+    positive_number("base_lr", base_lr)
     positive_int("base_batch", base_batch)
     positive_int("new_batch", new_batch)
     return base_lr * new_batch / base_batch
@@ -57,6 +56,7 @@ def linear_scaled_lr(base_lr: float, base_batch: int, new_batch: int) -> float:
 
 def ring_allreduce_bytes(model_bytes: int, world_size: int) -> float:
     """Bytes each device sends (and receives) in a ring all-reduce of `model_bytes`: 2(k-1)/k x bytes."""
+    positive_int("model_bytes", model_bytes, minimum=0)
     positive_int("world_size", world_size)
     return 2 * (world_size - 1) / world_size * model_bytes
 
@@ -64,6 +64,7 @@ def ring_allreduce_bytes(model_bytes: int, world_size: int) -> float:
 def dataparallel_device0_bytes(model_bytes: int, world_size: int) -> int:
     """Bytes device 0 sends plus receives per DataParallel step for the weights and gradients alone:
     it broadcasts the weights to k-1 devices and receives k-1 gradient copies (inputs and outputs come on top)."""
+    positive_int("model_bytes", model_bytes, minimum=0)
     positive_int("world_size", world_size)
     return 2 * (world_size - 1) * model_bytes
 
@@ -86,8 +87,7 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("n_samples", "in_features", "hidden", "out_features", "batch_size", "epochs"):
             positive_int(name, getattr(self, name))
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or self.lr <= 0:
-            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
+        positive_number("lr", self.lr)
 
     def dataset(self):
         return data.regression(self.n_samples, self.in_features, self.out_features, seed=self.seed)
@@ -130,11 +130,12 @@ def train_worker(rank: int, world_size: int, cfg: TrainConfig, progress: bool = 
             losses.append(mean_loss.item() / world_size)
             bar.update()
     bar.close()
-    return {"state": checkpoints.clean_state_dict(model), "losses": losses, "orders": None}
+    return {"state": checkpoints.clean_state_dict(model), "losses": losses}
 
 
 def reference_train(cfg: TrainConfig, world_size: int) -> dict:
     """One process, the same global batches: at step i, the union of every rank's i-th batch."""
+    positive_int("world_size", world_size)
     dataset = cfg.dataset()
     model = cfg.model()
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
@@ -229,6 +230,8 @@ def accumulation_worker(rank: int, world_size: int, cfg: TrainConfig, micro_batc
 
 def large_batch_reference(cfg: TrainConfig, world_size: int, micro_batches: int) -> dict:
     """The step that accumulation must equal: one SGD step on every rank's samples at once."""
+    positive_int("world_size", world_size)
+    positive_int("micro_batches", micro_batches)
     dataset = cfg.dataset()
     model = cfg.model()
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
@@ -301,6 +304,8 @@ def dataparallel_step_time(in_features: int, hidden: int, batch: int, steps: int
     """The same step as `step_time_worker`, through DataParallel: (seconds per step, MemoryReport)."""
     from . import dataparallel
 
+    for name, value in (("in_features", in_features), ("hidden", hidden), ("batch", batch), ("steps", steps)):
+        positive_int(name, value)
     net = models.seeded(models.MLP, 0, in_features=in_features, hidden=hidden, out_features=in_features)
     wrapped = dataparallel.make_data_parallel(net, device_ids=list(range(n_devices)))
     optimizer = torch.optim.Adam(wrapped.parameters())

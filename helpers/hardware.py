@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ._validate import positive_int
+
 
 @dataclass
 class Hardware:
@@ -31,6 +33,7 @@ class Hardware:
         return "emulated nn.DataParallel (virtual devices on the CPU)"
 
     def ddp_mode(self, n_procs: int = 2) -> str:
+        positive_int("n_procs", n_procs)
         if self.n_gpus >= n_procs:
             return f"nccl, one GPU per process ({n_procs} processes)"
         return f"gloo, CPU processes ({n_procs} processes, {max(1, self.cpu_cores // n_procs)} threads each)"
@@ -52,6 +55,11 @@ class Hardware:
         return "\n".join(lines)
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on (a container or `taskset` can allow fewer than the machine has)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _tpu_present() -> bool:
     # TPU VMs expose /dev/accel*; older Colab TPU runtimes set COLAB_TPU_ADDR.
     return bool(os.environ.get("COLAB_TPU_ADDR")) or any(
@@ -70,7 +78,7 @@ def detect() -> Hardware:
     """Look at the machine without initialising anything expensive (torch_xla is not imported)."""
     cuda = _gpu_names(torch.cuda.device_count())
     return Hardware(
-        cpu_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+        cpu_cores=cpu_cores(),
         cuda_devices=cuda,
         torch_xla_installed=importlib.util.find_spec("torch_xla") is not None,
         tpu_present=_tpu_present(),

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from ._validate import positive_int, positive_number
+from .hardware import cpu_cores
 
 STOP_GRACE_S = 3.0
 
@@ -67,8 +68,7 @@ def plan(n_procs: int, backend: str | None = None) -> Plan:
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
     if backend == "nccl" and torch.cuda.device_count() < n_procs:
         raise ValueError(f"backend 'nccl' needs one GPU per rank: {n_procs} ranks, {torch.cuda.device_count()} GPUs")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return Plan(n_procs, backend, max(1, cores // n_procs))
+    return Plan(n_procs, backend, max(1, cpu_cores() // n_procs))
 
 
 def free_port() -> int:

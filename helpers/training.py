@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ._validate import positive_int
+from ._validate import low_precision_dtype, positive_int, positive_number
 
 
 def primary_device(model: nn.Module) -> torch.device:
@@ -19,6 +19,9 @@ def primary_device(model: nn.Module) -> torch.device:
 
 def step(model, optimizer, x, y, loss_fn, autocast_dtype=None, scaler=None, max_grad_norm=None) -> torch.Tensor:
     """One optimizer step. With a scaler: scale the loss, unscale before clipping, let the scaler step."""
+    low_precision_dtype("autocast_dtype", autocast_dtype)
+    if max_grad_norm is not None:
+        positive_number("max_grad_norm", max_grad_norm)
     optimizer.zero_grad()
     with torch.autocast(x.device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
         loss = loss_fn(model(x), y)
@@ -43,8 +46,7 @@ def train(model: nn.Module, loader, optimizer, loss_fn, epochs: int = 1, progres
     positive_int("epochs", epochs)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    if autocast_dtype not in (None, torch.float16, torch.bfloat16):
-        raise ValueError(f"autocast_dtype must be None, torch.float16 or torch.bfloat16, got {autocast_dtype}")
+    low_precision_dtype("autocast_dtype", autocast_dtype)
     if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
         raise ValueError(f"scaler must be a torch.amp.GradScaler, got {type(scaler).__name__}")
     device = primary_device(model)

@@ -19,7 +19,7 @@ import traceback
 
 import cloudpickle
 
-from ._validate import positive_int, positive_number
+from ._validate import one_of, positive_int, positive_number
 from .hardware import _tpu_present
 
 MISSING = ("torch_xla is not installed here. It ships wheels for Linux x86-64 only (not macOS or Windows): "
@@ -161,6 +161,7 @@ def count_compiles(batch_sizes, lengths=None, optimizer: str = "sgd", item_every
     `batch_sizes[i]` rows at step i; with `lengths`, step i's inputs are sequences of length
     `lengths[i]`, padded to `pad_to(length)` when `pad_to` is given (a mask keeps the maths exact).
     """
+    one_of("optimizer", optimizer, {"sgd", "adam"})
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm

@@ -104,6 +104,11 @@ def test_step_seconds_are_measured():
                             autocast_dtype=torch.float64), "autocast_dtype"),
     (lambda: training.train(models.MLP(), [], torch.optim.SGD(models.MLP().parameters(), lr=1), F.mse_loss,
                             scaler="yes"), "scaler"),
+    (lambda: training.step(models.MLP(), None, torch.ones(1, 32), None, F.mse_loss, torch.int8), "autocast_dtype"),
+    (lambda: training.step(models.MLP(), None, torch.ones(1, 32), None, F.mse_loss, max_grad_norm=0), "max_grad_norm"),
+    (lambda: amp.step_seconds(models.MLP(), torch.ones(1, 32), torch.ones(1, 4), torch.float32), "dtype"),
+    (lambda: amp.matmul_tflops(n=0), "n"),
+    (lambda: amp.amp_worker(0, 1, "fp8"), "dtype_name"),
 ])
 def test_bad_arguments(call, match):
     with pytest.raises(ValueError, match=match):

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from helpers import ddp, launch, memory
+from helpers import ddp, hardware, launch, memory
 from helpers.ddp import TrainConfig
 
 
@@ -128,6 +128,12 @@ def test_batch_and_learning_rate_arithmetic():
     (lambda: ddp.global_batch(32, 0), "world_size"),
     (lambda: ddp.linear_scaled_lr(-1, 2, 4), "base_lr"),
     (lambda: ddp.ring_allreduce_bytes(10, 0), "world_size"),
+    (lambda: ddp.ring_allreduce_bytes(-5, 2), "model_bytes"),
+    (lambda: ddp.dataparallel_device0_bytes(-5, 2), "model_bytes"),
+    (lambda: ddp.reference_train(TrainConfig(), 0), "world_size"),
+    (lambda: ddp.large_batch_reference(TrainConfig(), 2, 0), "micro_batches"),
+    (lambda: ddp.dataparallel_step_time(16, 32, 8, steps=0), "steps"),
+    (lambda: hardware.detect().ddp_mode(0), "n_procs"),
     (lambda: memory.ddp_rank_bytes(torch.nn.Linear(2, 2), None, None, None), "ddp_model"),
     (lambda: TrainConfig(batch_size=0), "batch_size"),
     (lambda: TrainConfig(lr=-0.1), "lr"),

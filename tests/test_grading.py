@@ -9,16 +9,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from corpus import LESSON, POINTS as LESSON1_POINTS, _cell
 from graders import pipeline, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
-LESSON = "01-dataparallel"
 # Above the slowest cell of any lesson with two jobs sharing two cores (lesson 4's XLA cells: ~15 s alone),
 # or a correct solution would lose points to the timeout; the infinite loop pays it once.
 CELL_TIMEOUT = 120
 POINTS = {
-    "01-dataparallel": {"split_sizes_tests": 2, "device_samples_tests": 2, "dp_gradients_tests": 3,
-                        "device0_extra_tests": 3, "portable_checkpoint_tests": 3, "quiz_tests": 2},
+    LESSON: LESSON1_POINTS,
     "02-ddp": {"shard_tests": 2, "loader_tests": 2, "average_tests": 2, "accumulate_tests": 3,
                "checkpoint_tests": 2, "scaling_tests": 2, "worker_tests": 3, "quiz_tests": 2},
     "03-amp": {"fp16_tests": 2, "predict_dtypes_tests": 2, "scaler_tests": 2, "activation_ratio_tests": 2,
@@ -30,10 +29,6 @@ POINTS = {
 
 def _solution(lesson=LESSON):
     return nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
-
-
-def _cell(nb, grade_id):
-    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
 
 
 def _wrong_quiz(nb):

@@ -3,19 +3,14 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
+from helpers.launch import free_port
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_setup_is_up_to_date_after_a_run():
@@ -24,7 +19,7 @@ def test_setup_is_up_to_date_after_a_run():
 
 
 def test_make_lab_serves_the_course():
-    port = _free_port()
+    port = free_port()
     args = f"--no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token= --ServerApp.password="
     proc = subprocess.Popen(["make", "lab", f"LAB_ARGS={args}"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)

@@ -8,8 +8,7 @@ import sys
 
 import torch
 
-from helpers import data, models
-from helpers.launch import free_port  # noqa: F401  (step2_spawn picks its port with it)
+from helpers.ddp import TrainConfig
 
 
 def parse_args(description, world_size=False):
@@ -25,18 +24,26 @@ def parse_args(description, world_size=False):
 
 
 def dataset(seed):
-    return data.regression(256, 16, 2, seed=seed)
+    return TrainConfig(seed=seed).dataset()  # the notebook's data: its reference run checks these scripts
 
 
 def model(seed):
-    return models.seeded(models.MLP, seed, in_features=16, hidden=32, out_features=2)
+    return TrainConfig(seed=seed).model()
 
 
 def summary(step, rank, world_size, loss, model):
     """One JSON line per process: the final loss and a fingerprint of the weights."""
-    weights = torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
-    line = json.dumps({"step": step, "rank": rank, "world_size": world_size, "loss": round(loss, 6),
-                       "weights_sha256": hashlib.sha256(weights.numpy().tobytes()).hexdigest()[:16]})
+    print_line({"step": step, "rank": rank, "world_size": world_size, "loss": round(loss, 6),
+                "weights_sha256": fingerprint(model.parameters())})
+
+
+def fingerprint(tensors) -> str:
+    """16 hex digits that differ as soon as one weight differs by one bit."""
+    weights = torch.cat([t.detach().cpu().flatten() for t in tensors])
+    return hashlib.sha256(weights.numpy().tobytes()).hexdigest()[:16]
+
+
+def print_line(record: dict) -> None:
     sys.stdout.flush()
-    os.write(1, (line + "\n").encode())  # one write: lines of several ranks never interleave
+    os.write(1, (json.dumps(record) + "\n").encode())  # one write: lines of several ranks never interleave
 

@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from helpers.ddp_scripts import common
+from helpers.launch import free_port
 
 
 def worker(rank, world_size, args, port):
@@ -50,4 +51,4 @@ def worker(rank, world_size, args, port):
 
 if __name__ == "__main__":
     args = common.parse_args(__doc__, world_size=True)
-    mp.spawn(worker, args=(args.world_size, args, common.free_port()), nprocs=args.world_size)
+    mp.spawn(worker, args=(args.world_size, args, free_port()), nprocs=args.world_size)
