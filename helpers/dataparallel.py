@@ -9,7 +9,8 @@ that torch implements for CUDA alone:
 * replicate: torch's `replicate`, with a broadcast whose backward *sums* the replicas'
              gradients onto device 0 (what ReduceAddCoalesced does on GPUs).
 * parallel_apply: one Python thread per replica, like torch's, carrying grad mode and
-             autocast state into each thread.
+             whether autocast is on into each thread, but not autocast's dtype (torch's
+             behaviour: replicas compute in the device's default autocast dtype).
 * gather:    `torch.cat` on device 0, unsqueezing scalars exactly like torch's Gather.
 
 Every forward appends a `StepRecord` (chunk sizes, seconds per phase) to `model.steps`.
@@ -114,7 +115,8 @@ class _StepRecorder:
 
     def _clock(self) -> float:
         if not self.emulated and torch.cuda.is_available():
-            torch.cuda.synchronize()
+            for d in self.device_ids:  # synchronize() alone waits for the current device only
+                torch.cuda.synchronize(d)
         return time.perf_counter()
 
     @contextmanager
@@ -313,7 +315,9 @@ class _VirtualGather:
                 "will instead unsqueeze and return a vector."
             )
             outputs = tuple(t.view(1) for t in outputs)
-        return torch.cat(outputs, dim)
+        # torch's gather copies into one buffer, untouched by the caller's autocast (whose dtype may differ)
+        with torch.autocast("cpu", enabled=False):
+            return torch.cat(outputs, dim)
 
 
 class _VirtualBroadcast(torch.autograd.Function):
@@ -357,10 +361,16 @@ def _virtual_collectives():
 
 
 def _threaded_apply(replicas, inputs, kwargs, measure):
-    """torch's parallel_apply, one thread per virtual device, minus the CUDA streams."""
+    """torch's parallel_apply, one thread per virtual device, minus the CUDA streams.
+
+    Like torch, only grad mode and whether autocast is on cross into the threads; autocast's
+    dtype is thread-local and does not. Each thread enters `autocast(enabled=...)` without a
+    dtype, so replicas compute in the device type's default: on real GPUs fp16, even under a
+    bf16 autocast (pytorch#125186); in this CPU emulation the CPU default, bf16. A single
+    replica runs in the caller's thread, as in torch, and keeps the caller's dtype.
+    """
     grad_enabled = torch.is_grad_enabled()
     autocast_on = torch.is_autocast_enabled("cpu")
-    autocast_dtype = torch.get_autocast_dtype("cpu")
     results: list = [None] * len(replicas)
     seconds = [0.0] * len(replicas)
 
@@ -368,7 +378,7 @@ def _threaded_apply(replicas, inputs, kwargs, measure):
         start = time.perf_counter()
         torch.set_grad_enabled(grad_enabled)
         try:
-            with torch.autocast("cpu", enabled=autocast_on, dtype=autocast_dtype):
+            with torch.autocast("cpu", enabled=autocast_on):
                 if measure is None:
                     meter = nullcontext({})
                 else:  # parameters and the input chunk have rows of their own in the ledger
@@ -383,11 +393,15 @@ def _threaded_apply(replicas, inputs, kwargs, measure):
             results[i] = ExceptionWrapper(where=f"in replica {i} on virtual device {i}")
         seconds[i] = time.perf_counter() - start
 
-    threads = [threading.Thread(target=work, args=(i, m, a, k)) for i, (m, a, k) in enumerate(zip(replicas, inputs, kwargs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    jobs = list(enumerate(zip(replicas, inputs, kwargs)))
+    if len(jobs) == 1:
+        work(0, *jobs[0][1])
+    else:
+        threads = [threading.Thread(target=work, args=(i, m, a, k)) for i, (m, a, k) in jobs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     for r in results:
         if isinstance(r, ExceptionWrapper):
             r.reraise()

@@ -2,7 +2,8 @@
 
 On the CPU emulation the report is a ledger built from the tensors each virtual device holds
 during the step (an upper bound on its peak: every row is counted as if alive at once).
-With real GPUs it is `torch.cuda.max_memory_allocated` per device. Both carry their `source`.
+With real GPUs it is `torch.cuda.max_memory_allocated` per device, which also counts cuBLAS's
+workspace on each device (8 MiB; 32 MiB on Hopper GPUs). Both carry their `source`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .dataparallel import EmulatedDataParallel, TimedDataParallel, _tensors
 CATEGORIES = (
     "parameters",
     "gradients",
+    "reduced gradients",
     "optimizer state",
     "activations",
     "inputs",
@@ -26,7 +28,7 @@ CATEGORIES = (
     "loss",
 )
 EMULATED = "emulated on CPU (ledger of the tensors each virtual device holds)"
-MEASURED = "measured on CUDA (torch.cuda.max_memory_allocated per device)"
+MEASURED = "measured on CUDA (torch.cuda.max_memory_allocated per device, including cuBLAS's workspace: 8 MiB, 32 MiB on Hopper)"
 
 
 @dataclass
@@ -81,6 +83,8 @@ def measure_step(model: nn.DataParallel, optimizer: torch.optim.Optimizer, input
         raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     if not callable(loss_fn):
         raise ValueError("loss_fn must be callable")
+    if len(model.device_ids) < 2 and model.emulated:
+        raise ValueError("model: the ledger needs >= 2 device_ids (on one device DataParallel is a plain call)")
     if isinstance(model, TimedDataParallel):
         return _measure_cuda(model, optimizer, inputs, targets, loss_fn)
     return _measure_emulated(model, optimizer, inputs, targets, loss_fn)
@@ -112,14 +116,16 @@ def _measure_emulated(model, optimizer, inputs, targets, loss_fn) -> MemoryRepor
             rows["parameters"] = param_bytes
             rows["activations"] = measure["activations"][d]
             rows["outputs"] = measure["outputs"][d]
+            rows["gradients"] = trainable_bytes  # each replica's own, computed on its device
             if d == 0:
-                rows["gradients"] = _nbytes(p.grad for p in module.parameters() if p.grad is not None)
+                # ReduceAddCoalesced builds the sum on device 0 while replica 0's gradients are alive;
+                # only device 0 keeps it, as .grad
+                rows["reduced gradients"] = _nbytes(p.grad for p in module.parameters() if p.grad is not None)
                 rows["optimizer state"] = optimizer_state_bytes(optimizer)
                 rows["inputs"] = _nbytes(_tensors(inputs)) + _nbytes(_tensors(targets))
                 rows["gathered outputs"] = measure["gathered"]
                 rows["loss"] = loss.nbytes
             else:
-                rows["gradients"] = trainable_bytes  # computed here, then reduced onto device 0
                 rows["inputs"] = _nbytes(measure["inputs"][d])
         per_device.append(rows)
     return MemoryReport(per_device, EMULATED)
@@ -129,7 +135,8 @@ def _measure_cuda(model, optimizer, inputs, targets, loss_fn) -> MemoryReport:
     for d in model.device_ids:
         torch.cuda.reset_peak_memory_stats(d)
     _train_step(model, optimizer, inputs, targets, loss_fn)
-    torch.cuda.synchronize()
+    for d in model.device_ids:
+        torch.cuda.synchronize(d)
     per_device = [{"peak allocated": torch.cuda.max_memory_allocated(d)} for d in model.device_ids]
     return MemoryReport(per_device, MEASURED)
 

@@ -1,6 +1,7 @@
 """Lesson 3's helpers against torch: formats, autocast, GradScaler dynamics, saved bytes, trainer."""
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -16,6 +17,25 @@ def test_format_table_is_torch_finfo():
     assert rows["bf16"]["largest"] == torch.finfo(torch.bfloat16).max
     assert [rows[f]["mantissa bits"] for f in ("fp32", "fp16", "bf16")] == [23, 10, 7]
     assert [rows[f]["exponent bits"] for f in ("fp32", "fp16", "bf16")] == [8, 5, 8]
+    # lesson 3: bf16 keeps about 2.4 significant decimal digits, fp16 about 3.3 (the implicit bit counts)
+    digits = {f: math.log10(2 ** (rows[f]["mantissa bits"] + 1)) for f in ("fp16", "bf16")}
+    assert (round(digits["fp16"], 1), round(digits["bf16"], 1)) == (3.3, 2.4)
+
+
+def test_fp16_underflow_rule_of_lesson_3():
+    # every float32 in [2^-26, 2^-23), one binade at a time: at or below 2^-25 -> 0 (2^-25 ties to even), strictly
+    # between 2^-25 and 2^-24 -> 2^-24; in general the nearest multiple of 2^-24 (the subnormal spacing), ties to even
+    for e in (-26, -25, -24):
+        ends = torch.tensor([2.0**e, 2.0 ** (e + 1)]).view(torch.int32).tolist()
+        v = torch.arange(*ends, dtype=torch.int32).view(torch.float32)
+        half = v.half().float()
+        assert (half[v <= 2**-25] == 0).all()
+        assert (half[(v > 2**-25) & (v < 2**-24)] == 2**-24).all()
+        assert torch.equal(half, torch.round(v * 2**24) / 2**24)
+        assert torch.equal((-v).half().float(), -half)
+    just_above = torch.nextafter(torch.tensor(2.0**-25), torch.tensor(1.0))
+    assert torch.tensor(2.0**-25).half().item() == 0 and just_above.half().item() == 2**-24
+    assert f"{torch.tensor(3e-8).half().item():.3g}" == "5.96e-08" and torch.tensor(1e-8).half().item() == 0
 
 
 def test_representable_matches_fp16_rounding():

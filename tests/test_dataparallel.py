@@ -1,6 +1,12 @@
 """The DataParallel emulation against torch: split rule, gradients, structure handling, records."""
 
+import importlib
+import inspect
+import re
 import warnings
+from contextlib import nullcontext
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import torch
@@ -156,6 +162,74 @@ def test_autocast_and_no_grad_reach_the_replica_threads():
         assert wrapped(torch.randn(4, 4)).dtype == torch.bfloat16
     with torch.no_grad():
         assert not wrapped(torch.randn(4, 4)).requires_grad
+
+
+def test_torch_parallel_apply_passes_only_the_autocast_flag_and_replicas_get_fp16():
+    # pytorch#125186, what _threaded_apply copies: if this fails, torch changed and the emulation must follow
+    pa = importlib.import_module("torch.nn.parallel.parallel_apply")
+    assert re.findall(r"torch\.amp\.autocast\(([^)]*)\)", inspect.getsource(pa.parallel_apply)) == [
+        '"cuda", enabled=autocast_enabled'
+    ]
+    seen, calls = [], []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append(torch.get_autocast_dtype("cuda"))
+            return x
+
+    def autocast(*args, **kwargs):
+        calls.append((args, kwargs))
+        return nullcontext()
+
+    saved = torch.get_autocast_dtype("cuda")
+    with mock.patch.object(torch.cuda, "current_stream"), mock.patch.object(torch.cuda, "device", lambda d: nullcontext()), \
+            mock.patch.object(torch.cuda, "stream", lambda s: nullcontext()), mock.patch.object(torch.amp, "autocast", autocast):
+        torch.set_autocast_enabled("cuda", True)  # what entering torch.autocast("cuda", dtype=bf16) does on a GPU
+        torch.set_autocast_dtype("cuda", torch.bfloat16)
+        try:
+            pa.parallel_apply([Probe(), Probe()], [torch.zeros(1), torch.zeros(1)], devices=[0, 1])
+        finally:
+            torch.set_autocast_enabled("cuda", False)
+            torch.set_autocast_dtype("cuda", saved)
+    assert calls == [(("cuda",), {"enabled": True})] * 2
+    assert seen == [torch.float16] * 2  # each replica thread starts from CUDA's default, not the caller's bf16
+
+
+def test_emulated_replicas_compute_in_the_thread_default_dtype_like_torch():
+    seen = []
+
+    class Probe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, x):
+            out = self.lin(x)
+            seen.append(out.dtype)
+            return out
+
+    wrapped = dp.make_data_parallel(Probe(), device_ids=[0, 1], emulate=True)
+    x = torch.randn(4, 4)
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert wrapped(x).dtype == torch.bfloat16  # fp16 was asked; the CPU's default applies in the threads
+    assert seen == [torch.bfloat16] * 2
+    seen.clear()
+    with torch.autocast("cpu", dtype=torch.float16, enabled=False):
+        assert wrapped(x).dtype == torch.float32
+    assert seen == [torch.float32] * 2
+    seen.clear()
+    with torch.autocast("cpu", dtype=torch.float16):
+        wrapped(x[:1])  # one replica runs in the caller's thread, as in torch, and keeps the caller's dtype
+    assert seen == [torch.float16]
+
+
+def test_clock_synchronizes_every_device():
+    with mock.patch("torch.cuda.is_available", return_value=True), mock.patch("torch.cuda.synchronize") as sync:
+        dp.TimedDataParallel._clock(SimpleNamespace(emulated=False, device_ids=[0, 2, 3]))
+        assert sync.call_args_list == [mock.call(0), mock.call(2), mock.call(3)]
+        sync.reset_mock()
+        dp.EmulatedDataParallel._clock(SimpleNamespace(emulated=True, device_ids=[0, 1]))
+        sync.assert_not_called()
 
 
 def test_single_device_and_tiny_batches():

@@ -1,5 +1,10 @@
 """The per-device ledger of the emulation: each row agrees with the tensors it claims to count."""
 
+import importlib
+import inspect
+from types import SimpleNamespace
+from unittest import mock
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -31,6 +36,8 @@ def test_rows_match_the_tensors():
     assert report.emulated and "emulated" in report.source
     assert d0["parameters"] == d1["parameters"] == p
     assert d0["gradients"] == d1["gradients"] == p
+    assert d0["reduced gradients"] == sum(q.grad.nbytes for q in net.parameters()) == p
+    assert d1["reduced gradients"] == 0
     assert d0["optimizer state"] == 2 * p + 4 * len(list(net.parameters()))  # exp_avg, exp_avg_sq, step
     assert d1["optimizer state"] == 0
     assert d0["inputs"] == 4 * (64 * 16 + 64 * 4) and d1["inputs"] == 4 * 32 * 16
@@ -40,6 +47,43 @@ def test_rows_match_the_tensors():
     # two hidden ReLU outputs of 32 rows x 32 features are what autograd saves beyond inputs and weights
     assert d0["activations"] == d1["activations"] == 2 * 32 * 32 * 4
     assert report.totals() == [sum(d0.values()), sum(d1.values())]
+
+
+def test_torch_reduces_the_gradients_onto_the_source_device():
+    # the "reduced gradients" row: Broadcast's backward sums every replica's gradients on device 0
+    functions = importlib.import_module("torch.nn.parallel._functions")
+    assert "ReduceAddCoalesced.apply(\n            ctx.input_device" in inspect.getsource(functions.Broadcast.backward)
+    assert "comm.reduce_add_coalesced(grads_, destination)" in inspect.getsource(functions.ReduceAddCoalesced.forward)
+
+
+@pytest.mark.parametrize("optimizer, n, k", [("sgd", 64, 2), ("momentum", 48, 3), ("adam", 40, 4)])
+def test_device0_extra_is_state_batch_outputs_loss_and_reduced_gradients(optimizer, n, k):
+    net, report = _report(optimizer, n=n, k=k, in_features=10, hidden=16, out_features=3)
+    p, tensors = _param_bytes(net), len(list(net.parameters()))
+    state = {"sgd": 0, "momentum": p, "adam": 2 * p + 4 * tensors}[optimizer]
+    batch = 4 * n * (10 + 3) - 4 * (n // k) * 10  # the whole batch and targets, less device 1's chunk
+    assert report.primary_extra_bytes == state + batch + 4 * n * 3 + 4 + p
+
+
+def test_frozen_parameters_have_no_gradients():
+    net = models.seeded(models.MLP, in_features=8, hidden=16, out_features=2)
+    net[0].requires_grad_(False)
+    wrapped = dp.make_data_parallel(net, device_ids=[0, 1], emulate=True)
+    report = memory.measure_step(wrapped, torch.optim.SGD(wrapped.parameters(), lr=0.1), torch.randn(8, 8),
+                                 torch.randn(8, 2), F.mse_loss)
+    trainable = sum(q.nbytes for q in net.parameters() if q.requires_grad)
+    assert [d["gradients"] for d in report.per_device] == [trainable] * 2
+    assert [d["reduced gradients"] for d in report.per_device] == [trainable, 0]
+
+
+def test_cuda_report_synchronizes_every_device_and_names_cublas_workspace():
+    model = SimpleNamespace(device_ids=[0, 1, 3])
+    with mock.patch.object(memory, "_train_step"), mock.patch("torch.cuda.reset_peak_memory_stats"), \
+            mock.patch("torch.cuda.max_memory_allocated", return_value=7), mock.patch("torch.cuda.synchronize") as sync:
+        report = memory._measure_cuda(model, None, None, None, None)
+    assert sync.call_args_list == [mock.call(0), mock.call(1), mock.call(3)]
+    assert report.totals() == [7, 7, 7] and not report.emulated
+    assert "cuBLAS" in report.source and "32 MiB on Hopper" in report.source
 
 
 def test_optimizer_state_by_optimizer():
@@ -92,3 +136,5 @@ def test_bad_arguments():
         memory.measure_step(wrapped, "adam", x, y, F.mse_loss)
     with pytest.raises(ValueError, match="loss_fn"):
         memory.measure_step(wrapped, opt, x, y, "mse")
+    with pytest.raises(ValueError, match="model"):
+        memory.measure_step(dp.make_data_parallel(net, device_ids=[0], emulate=True), opt, x, y, F.mse_loss)
