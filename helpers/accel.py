@@ -8,60 +8,58 @@ Accelerate would otherwise pick `xla:0` even for `Accelerator(cpu=True)`.
 from __future__ import annotations
 
 import os
-import tempfile
 
-from .hardware import _tpu_present
+from .hardware import tpu_present
 
-os.environ.setdefault("USE_TORCH_XLA", "1" if _tpu_present() else "0")
+os.environ.setdefault("USE_TORCH_XLA", "1" if tpu_present() else "0")
 
-import cloudpickle  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from accelerate import Accelerator, notebook_launcher  # noqa: E402
+from accelerate import Accelerator  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from . import data, ddp, launch as _launch  # noqa: E402
 from ._validate import positive_int, positive_number  # noqa: E402
 
 
-def launch(fn, num_processes: int = 2, args: tuple = ()) -> list:
-    """`notebook_launcher(fn, args, num_processes)`, bringing back what `fn` returns on each process."""
+def launch_env(num_processes: int) -> dict[str, str]:
+    """What each process of `launch` is told besides torchrun's variables: run on the CPU (gloo)
+    unless every process can have a GPU of its own, and never on the TPU (one chip serves one process)."""
+    positive_int("num_processes", num_processes)
+    env = {"USE_TORCH_XLA": "0"}
+    if _launch.plan(num_processes).backend == "gloo":
+        env["ACCELERATE_USE_CPU"] = "true"
+    return env
+
+
+def launch(fn, num_processes: int = 2, args: tuple = (), timeout_s: float = 300.0) -> list:
+    """Run `fn(*args)` in `num_processes` processes, as `notebook_launcher(fn, args, num_processes)` means
+    to, and bring back what `fn` returns on each process (in process order).
+
+    The processes start from a fork server (`helpers.launch`) with torchrun's environment (RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_*) and a process group that times out; Accelerate takes both
+    over. Not `notebook_launcher` itself: it forks the notebook (a child can hang
+    in OpenMP once the notebook has run a multi-threaded op), runs `fn` once in the notebook on
+    Colab and Kaggle without two GPUs, and puts two processes on one GPU where there is one.
+    """
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
-    positive_int("num_processes", num_processes)
     if not isinstance(args, tuple):
         raise ValueError(f"args must be a tuple, got {type(args).__name__}")
-    with tempfile.TemporaryDirectory() as folder:
+    env = launch_env(num_processes)
 
-        def keep_result(*a):
-            rank = int(os.environ.get("RANK", 0))
-            _launch._stderr_to_file(rank)  # warnings stay out of the notebook (stderr fails a graded cell)
-            try:
-                value = fn(*a)
-            except BaseException as error:
-                raise RuntimeError(f"process {rank} failed{_launch._stderr_tail()}") from error
-            finally:
-                _launch._remove_stderr_file()
-            with open(os.path.join(folder, f"{rank}.pkl"), "wb") as f:
-                cloudpickle.dump(value, f)
+    def process(rank, world_size, *fn_args):
+        return fn(*fn_args)
 
-        # Accelerate warns on stderr when OMP_NUM_THREADS is unset; say how many cores each process gets
-        os.environ.setdefault("OMP_NUM_THREADS", str(_launch.plan(num_processes, "gloo").threads_per_rank))
-        notebook_launcher(keep_result, args, num_processes=num_processes, use_port=str(_launch.free_port()))
-        results = []
-        for rank in range(num_processes):
-            path = os.path.join(folder, f"{rank}.pkl")
-            if not os.path.exists(path):
-                raise RuntimeError(f"process {rank} returned no result")
-            with open(path, "rb") as f:
-                results.append(cloudpickle.load(f))
-        return results
+    return _launch.launch(process, num_processes, args, timeout_s=timeout_s, env=env)
 
 
 def accelerator(**kwargs) -> Accelerator:
-    """An Accelerator on this machine's hardware. Without a GPU it must be told `cpu=True`:
-    otherwise processes started for "MULTI_GPU" quietly fall back to a single process each."""
-    return Accelerator(cpu=not torch.cuda.is_available(), **kwargs)
+    """An Accelerator on the devices `launch` gave this process: the CPU when it was told
+    ACCELERATE_USE_CPU or there is no GPU (Accelerate would otherwise quietly run each
+    "MULTI_GPU" process alone), else its own GPU."""
+    use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()
+    return Accelerator(cpu=use_cpu, **kwargs)
 
 
 def dataset(n_samples: int = 256, seed: int = 0):

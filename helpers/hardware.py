@@ -1,31 +1,103 @@
-"""What this machine can train on: CPU cores, CUDA GPUs, XLA (TPU) devices."""
+"""What this machine can train on — the one place every lesson asks.
+
+CPU cores, CUDA GPUs (names, compute capability, bf16/fp16 support), TPU chips (found the way
+torch_xla finds them: Google's PCI vendor id and the TPU device ids), and the runtime (Colab,
+Kaggle or local). Nothing here initialises CUDA or imports torch_xla: fork-based launchers refuse
+to run once CUDA is initialised, and torch_xla grabs the TPU when imported.
+"""
+
+from __future__ import annotations
 
 import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import torch
 
 from ._validate import positive_int
 
+PCI_DEVICES = "/sys/bus/pci/devices"
+GOOGLE_PCI_VENDOR = "0x1ae0"
+# TPU PCI device id -> (generation, TensorCores per chip that PyTorch sees as devices);
+# the ids torch_xla/_internal/tpu.py matches. v4 and v5p chips are "megacore": one device per chip.
+TPU_PCI_DEVICES = {"0x0027": ("v2/v3", 2), "0x005e": ("v4", 1), "0x0062": ("v5p", 1), "0x0063": ("v5e", 1),
+                   "0x006f": ("v6e", 1), "0x0076": ("7x", 1)}
+# Without torch_xla's PJRT client a TPU-less machine has no XLA devices; the lessons then run
+# XLA:CPU with this many virtual devices (the shape of Kaggle's TPU v5e-8), unless told otherwise.
+VIRTUAL_XLA_DEVICES_ENV = "COURSE_XLA_CPU_DEVICES"
+DEFAULT_VIRTUAL_XLA_DEVICES = 8
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    capability: tuple[int, int] | None = None  # None when it could not be read without initialising CUDA
+
+    @property
+    def bf16(self) -> bool | None:
+        """Native bf16 (tensor cores): compute capability 8.0 (Ampere) and newer; a T4 (7.5) has none."""
+        return None if self.capability is None else self.capability >= (8, 0)
+
+    @property
+    def fp16_tensor_cores(self) -> bool | None:
+        return None if self.capability is None else self.capability >= (7, 0)
+
+    def __str__(self) -> str:
+        if self.capability is None:
+            return self.name
+        cc = ".".join(map(str, self.capability))
+        return f"{self.name} (sm {cc}, fp16 tensor cores {'yes' if self.fp16_tensor_cores else 'no'}, bf16 {'yes' if self.bf16 else 'no'})"
+
+
+@dataclass(frozen=True)
+class TPU:
+    chips: int
+    generation: str
+    cores_per_chip: int = 1
+
+    @property
+    def devices(self) -> int:
+        """XLA devices PyTorch sees: one per TensorCore (v2/v3), one per chip from v4 on."""
+        return self.chips * self.cores_per_chip
+
+    def __str__(self) -> str:
+        return f"TPU {self.generation}, {self.chips} chip{'s' * (self.chips != 1)}, {self.devices} XLA device{'s' * (self.devices != 1)}"
+
 
 @dataclass
 class Hardware:
     cpu_cores: int
-    cuda_devices: list[str] = field(default_factory=list)
+    gpus: list[GPU] = field(default_factory=list)
+    tpu: TPU | None = None
+    runtime: str = "local"  # "colab", "kaggle" or "local"
     torch_xla_installed: bool = False
-    tpu_present: bool = False
-    in_colab: bool = False
 
     @property
     def n_gpus(self) -> int:
-        return len(self.cuda_devices)
+        return len(self.gpus)
+
+    @property
+    def cuda_devices(self) -> list[str]:
+        return [g.name for g in self.gpus]
+
+    @property
+    def tpu_present(self) -> bool:
+        return self.tpu is not None
+
+    @property
+    def in_colab(self) -> bool:
+        return self.runtime == "colab"
 
     @property
     def best_device(self) -> str:
-        return "cuda" if self.cuda_devices else "cpu"
+        return "cuda" if self.gpus else "cpu"
+
+    def xla_devices(self) -> int:
+        """XLA devices lesson 4 uses: the TPU's, or virtual XLA:CPU devices."""
+        return self.tpu.devices if self.tpu else virtual_xla_devices()
 
     def data_parallel_mode(self) -> str:
         if self.n_gpus >= 2:
@@ -36,23 +108,27 @@ class Hardware:
         positive_int("n_procs", n_procs)
         if self.n_gpus >= n_procs:
             return f"nccl, one GPU per process ({n_procs} processes)"
-        return f"gloo, CPU processes ({n_procs} processes, {max(1, self.cpu_cores // n_procs)} threads each)"
+        why = f"; {self.n_gpus} GPU{'s' * (self.n_gpus != 1)} cannot give each rank its own" if self.n_gpus else ""
+        return f"gloo, CPU processes ({n_procs} processes, {max(1, self.cpu_cores // n_procs)} threads each{why})"
+
+    def xla_mode(self) -> str:
+        if self.tpu:
+            return f"{self.tpu} (PJRT_DEVICE=TPU)" + ("" if self.torch_xla_installed else ", but torch_xla is missing")
+        if self.torch_xla_installed:
+            return f"no TPU: XLA:CPU with {virtual_xla_devices()} virtual devices (PJRT_DEVICE=CPU)"
+        return "torch_xla not installed"
 
     def summary(self) -> str:
-        gpus = ", ".join(f"cuda:{i} {name}" for i, name in enumerate(self.cuda_devices)) or "none"
-        if self.tpu_present:
-            xla = "TPU found" + ("" if self.torch_xla_installed else " (torch_xla missing)")
-        else:
-            xla = "torch_xla installed, no TPU" if self.torch_xla_installed else "torch_xla not installed"
-        lines = [
-            f"torch {torch.__version__}" + (" on Colab" if self.in_colab else ""),
+        gpus = "; ".join(f"cuda:{i} {g}" for i, g in enumerate(self.gpus)) or "none"
+        runtime = {"colab": "Google Colab", "kaggle": "Kaggle"}.get(self.runtime, "local machine")
+        return "\n".join([
+            f"torch {torch.__version__} on a {runtime}",
             f"CPU cores : {self.cpu_cores}",
             f"CUDA GPUs : {self.n_gpus} ({gpus})",
-            f"XLA / TPU : {xla}",
+            f"XLA / TPU : {self.xla_mode()}",
             f"DataParallel: {self.data_parallel_mode()}",
             f"DDP         : {self.ddp_mode()}",
-        ]
-        return "\n".join(lines)
+        ])
 
 
 def cpu_cores() -> int:
@@ -60,11 +136,73 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _tpu_present() -> bool:
-    # TPU VMs expose /dev/accel*; older Colab TPU runtimes set COLAB_TPU_ADDR.
-    return bool(os.environ.get("COLAB_TPU_ADDR")) or any(
-        name.startswith("accel") for name in _safe_listdir("/dev")
-    )
+def virtual_xla_devices() -> int:
+    value = os.environ.get(VIRTUAL_XLA_DEVICES_ENV, str(DEFAULT_VIRTUAL_XLA_DEVICES))
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{VIRTUAL_XLA_DEVICES_ENV} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def tpu(pci_devices: str | None = None) -> TPU | None:
+    """The TPU chips on this machine's PCI bus (TPU VMs: v2-v6e), or an old remote Colab TPU."""
+    pci_devices = pci_devices or PCI_DEVICES
+    found = []
+    for name in _safe_listdir(pci_devices):
+        if _read(os.path.join(pci_devices, name, "vendor")) == GOOGLE_PCI_VENDOR:
+            device = _read(os.path.join(pci_devices, name, "device"))
+            if device in TPU_PCI_DEVICES:
+                found.append(TPU_PCI_DEVICES[device])
+    if found:
+        generation, cores = found[0]
+        return TPU(chips=len(found), generation=generation, cores_per_chip=cores)
+    if os.environ.get("COLAB_TPU_ADDR"):  # Colab's retired TPU v2-8, reached over the network
+        return TPU(chips=4, generation="v2 (remote, Colab)", cores_per_chip=2)
+    return None
+
+
+def runtime() -> str:
+    """'colab', 'kaggle' or 'local' — decided by the markers Accelerate and the runtimes themselves use."""
+    if any(key.startswith("KAGGLE") for key in os.environ):  # accelerate's notebook_launcher checks this
+        return "kaggle"
+    if "google.colab" in sys.modules or os.environ.get("COLAB_RELEASE_TAG") or os.environ.get("COLAB_GPU") is not None:
+        return "colab"
+    return "local"
+
+
+def gpus() -> list[GPU]:
+    """The CUDA GPUs, without initialising CUDA (NVML counts them; nvidia-smi names them)."""
+    count = torch.cuda.device_count()
+    if count == 0:
+        return []
+    if torch.cuda.is_initialized():
+        return [GPU(torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i)) for i in range(count)]
+    rows = _nvidia_smi_rows()
+    if len(rows) >= count:
+        return [GPU(name, capability) for name, capability in rows[:count]]
+    return [GPU("GPU")] * count
+
+
+def _nvidia_smi_rows() -> list[tuple[str, tuple[int, int] | None]]:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    for query in ("name,compute_cap", "name"):  # drivers older than 510 know no compute_cap
+        try:
+            out = subprocess.run([smi, f"--query-gpu={query}", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return []
+        if out.returncode == 0:
+            return [_gpu_row(line) for line in out.stdout.splitlines() if line.strip()]
+    return []
+
+
+def _gpu_row(line: str) -> tuple[str, tuple[int, int] | None]:
+    name, _, cap = line.rpartition(",")
+    major, _, minor = cap.strip().partition(".")
+    if not name or not (major.isdigit() and minor.isdigit()):
+        return line.strip(), None
+    return name.strip(), (int(major), int(minor))
 
 
 def _safe_listdir(path: str) -> list[str]:
@@ -74,39 +212,22 @@ def _safe_listdir(path: str) -> list[str]:
         return []
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def detect() -> Hardware:
-    """Look at the machine without initialising anything expensive (torch_xla is not imported)."""
-    cuda = _gpu_names(torch.cuda.device_count())
-    return Hardware(
-        cpu_cores=cpu_cores(),
-        cuda_devices=cuda,
-        torch_xla_installed=importlib.util.find_spec("torch_xla") is not None,
-        tpu_present=_tpu_present(),
-        in_colab=importlib.util.find_spec("google.colab") is not None if _has_google() else False,
-    )
+    """Look at the machine without initialising anything expensive."""
+    return Hardware(cpu_cores=cpu_cores(), gpus=gpus(), tpu=tpu(), runtime=runtime(),
+                    torch_xla_installed=importlib.util.find_spec("torch_xla") is not None)
 
 
-def _gpu_names(count: int) -> list[str]:
-    """GPU names without initialising CUDA: fork-based launchers (Accelerate's notebook_launcher,
-    Lightning's ddp_notebook) refuse to run once CUDA is initialised in the notebook."""
-    if count == 0:
-        return []
-    if torch.cuda.is_initialized():
-        return [torch.cuda.get_device_name(i) for i in range(count)]
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
-            names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-            if len(names) >= count:
-                return names[:count]
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return ["GPU"] * count
-
-
-def _has_google() -> bool:
-    return importlib.util.find_spec("google") is not None
+def tpu_present() -> bool:
+    return tpu() is not None
 
 
 def print_summary() -> Hardware:

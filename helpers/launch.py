@@ -85,12 +85,18 @@ def device() -> torch.device:
 
 
 def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = None, timeout_s: float = 60.0,
-           init_process_group: bool = True) -> list:
-    """Run `worker(rank, world_size, *args)` on `n_procs` processes; return the ranks' results in rank order."""
+           init_process_group: bool = True, env: dict | None = None) -> list:
+    """Run `worker(rank, world_size, *args)` on `n_procs` processes; return the ranks' results in rank order.
+
+    `env`: extra environment variables, set in every rank before the worker is unpickled (so they
+    are in place before the worker's modules are imported)."""
     if not callable(worker):
         raise ValueError(f"worker must be callable, got {type(worker).__name__}")
     if not isinstance(args, tuple):
         raise ValueError(f"args must be a tuple, got {type(args).__name__}")
+    env = {} if env is None else env
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError(f"env must be a dict of str to str, got {env!r}")
     positive_number("timeout_s", timeout_s)
     p = plan(n_procs, backend)
     payload = cloudpickle.dumps((worker, args))
@@ -98,7 +104,8 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
     results = ctx.Queue()
     port = free_port()
     procs = [
-        ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, results), daemon=True)
+        ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, env, results),
+                    daemon=True)
         for rank in range(n_procs)
     ]
     for proc in procs:
@@ -110,8 +117,10 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
 
 
 def _context():
-    # forkserver: each rank forks from a server that already imported torch (fast, and CUDA-safe
-    # because the server never touches CUDA). Elsewhere, spawn.
+    # forkserver: each rank forks from a server that already imported torch, but never ran a
+    # kernel. Forking the notebook itself is unsafe: once it has run a multi-threaded op, GNU
+    # OpenMP's thread pool does not survive a fork and the child can hang in its first matmul;
+    # CUDA, once initialised, does not survive one either. Elsewhere (macOS, Windows), spawn.
     if sys.platform.startswith("linux"):
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["torch", "torch.distributed", "helpers.launch"])
@@ -173,10 +182,11 @@ def _stop(procs) -> None:
             proc.join(timeout=5)
 
 
-def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, results):
+def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, results):
     _stderr_to_file(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(p.n_procs), LOCAL_WORLD_SIZE=str(p.n_procs))
+                      WORLD_SIZE=str(p.n_procs), LOCAL_WORLD_SIZE=str(p.n_procs),
+                      OMP_NUM_THREADS=str(p.threads_per_rank), **env)
     torch.set_num_threads(p.threads_per_rank)
     try:
         worker, args = cloudpickle.loads(payload)

@@ -1,7 +1,9 @@
 """PyTorch Lightning's automatic distributed sampler, seen from inside the training processes.
 
-On a TPU: `Trainer(accelerator="tpu", devices=8)`. Elsewhere the same automatic sampler shows up
-under Lightning's notebook-friendly DDP strategy on CPU processes (`strategy="ddp_notebook"`).
+On a TPU: `Trainer(accelerator="tpu", devices=<every device the TPU has>)` (1 on Colab's v5e-1,
+8 on Kaggle's v5e-8). Elsewhere the same automatic sampler shows up under Lightning's DDP strategy
+on two CPU processes. Either way the Trainer runs in a fresh process (`helpers.fresh`): its
+launchers fork, which is only safe from a process that has not yet run a multi-threaded op.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from . import data
+from . import data, fresh, hardware, xla
 from ._validate import positive_int
-from .hardware import _tpu_present
 
 
 class Regression(L.LightningModule):
@@ -43,9 +44,10 @@ class Regression(L.LightningModule):
 
 
 def trainer_kwargs() -> dict:
-    """8 TPU cores on a TPU; 2 CPU processes with the notebook DDP strategy elsewhere."""
-    if _tpu_present():
-        return {"accelerator": "tpu", "devices": 8}
+    """Every device of the TPU when there is one; 2 CPU processes with Lightning's fork-based DDP elsewhere."""
+    hw = hardware.detect()
+    if hw.tpu:
+        return {"accelerator": "tpu", "devices": hw.tpu.devices}
     return {"accelerator": "cpu", "devices": 2, "strategy": "ddp_notebook"}
 
 
@@ -55,6 +57,11 @@ def samplers_seen(n_samples: int = 10, batch_size: int = 2, shuffle: bool = Fals
     positive_int("n_samples", n_samples)
     positive_int("batch_size", batch_size)
     kwargs = kwargs or trainer_kwargs()
+    env = xla.environment() if kwargs.get("accelerator") == "tpu" else {}
+    return fresh.run(_fit_and_report, n_samples, batch_size, shuffle, kwargs, env=env)
+
+
+def _fit_and_report(n_samples, batch_size, shuffle, kwargs) -> list[dict]:
     with tempfile.TemporaryDirectory() as folder:
         trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                             enable_model_summary=False, **kwargs)

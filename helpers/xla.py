@@ -1,5 +1,6 @@
-"""torch_xla on XLA devices: a real TPU when there is one, otherwise PJRT's CPU client with
-virtual devices (8 by default, like an 8-core TPU).
+"""torch_xla on XLA devices: the TPU when there is one, otherwise PJRT's CPU client with
+virtual devices (as many as `hardware.virtual_xla_devices()`: 8, the shape of Kaggle's TPU v5e-8,
+unless COURSE_XLA_CPU_DEVICES says otherwise; 1 is the shape of Colab's TPU v5e-1).
 
 XLA experiments run in a fresh Python process (`run`): torch_xla reads its settings
 (PJRT_DEVICE, CPU_NUM_DEVICES, SPMD mode) once per process, and importing it where Accelerate
@@ -9,21 +10,13 @@ lives makes Accelerate pick `xla:0`. The functions below the runner are what tho
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-import traceback
 
-import cloudpickle
-
-from ._validate import one_of, positive_int, positive_number
-from .hardware import _tpu_present
+from . import fresh, hardware
+from ._validate import one_of, positive_int
 
 MISSING = ("torch_xla is not installed here. It ships wheels for Linux x86-64 only (not macOS or Windows): "
-           "the XLA part of this lesson needs Linux, Colab, or a TPU VM. Everything else still runs.")
+           "the XLA part of this lesson needs Linux, Colab, Kaggle or a TPU VM. Everything else still runs.")
 
 
 class XLAUnavailable(RuntimeError):
@@ -34,106 +27,44 @@ def available() -> bool:
     return importlib.util.find_spec("torch_xla") is not None
 
 
-def environment(n_devices: int = 8) -> dict[str, str]:
-    """PJRT settings: the TPU when present, else `n_devices` virtual CPU devices."""
-    positive_int("n_devices", n_devices)
-    if _tpu_present():
+def device_count() -> int:
+    """XLA devices the experiments run on: the TPU's devices, or the virtual CPU devices."""
+    return hardware.detect().xla_devices()
+
+
+def environment(n_devices: int | None = None, virtual: bool = False) -> dict[str, str]:
+    """PJRT settings: the TPU when present (unless `virtual`), else `n_devices` virtual CPU devices
+    (default: `hardware.virtual_xla_devices()`). `virtual=True` gives a shape the TPU does not have,
+    e.g. 4 devices on a one-chip TPU v5e-1."""
+    if n_devices is not None:
+        positive_int("n_devices", n_devices)
+    if virtual not in (True, False):
+        raise ValueError(f"virtual must be True or False, got {virtual!r}")
+    if hardware.tpu_present() and not virtual:
         return {"PJRT_DEVICE": "TPU"}
-    return {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(n_devices)}
+    return {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(n_devices or hardware.virtual_xla_devices())}
 
 
-def run(fn, *args, n_devices: int = 8, timeout_s: float = 300, **kwargs):
-    """Run `fn(*args, **kwargs)` in a fresh process on XLA devices and return its result."""
-    children = _Children()
-    try:
-        return _run(fn, args, kwargs, n_devices, timeout_s, children)
-    finally:
-        children.stop()
+def _env(n_devices, virtual):
+    return {**environment(n_devices, virtual), "TF_CPP_MIN_LOG_LEVEL": "1", "GRPC_VERBOSITY": "ERROR"}  # warnings stay in the log
 
 
-def run_many(jobs, n_devices: int = 8, timeout_s: float = 300) -> list:
-    """Several `(fn, args, kwargs)` jobs, each in its own fresh process, side by side.
-
-    If one job fails, or the caller is interrupted (Jupyter's stop button), every process still
-    running is killed at once, so the kernel answers again right away.
-    """
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-
-    jobs = list(jobs)
-    # a TPU serves one process at a time; virtual CPU devices can run side by side
-    workers = 1 if _tpu_present() else max(1, min(len(jobs), os.cpu_count() or 1))
-    children = _Children()
-    with ThreadPoolExecutor(workers) as pool:
-        try:
-            futures = [pool.submit(_run, fn, args, kwargs, n_devices, timeout_s, children) for fn, args, kwargs in jobs]
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            for f in futures:
-                if f in done and f.exception() is not None:
-                    raise f.exception()
-            return [f.result() for f in futures]
-        finally:
-            children.stop()
-
-
-class _Children:
-    """The XLA processes of one call; `stop` kills those running and refuses new ones."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._procs: set[subprocess.Popen] = set()
-        self._stopped = False
-
-    def start(self, cmd, env) -> subprocess.Popen:
-        with self._lock:
-            if self._stopped:
-                raise RuntimeError("stopped before it started: another XLA job failed or the run was interrupted")
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            self._procs.add(proc)
-            return proc
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            for proc in self._procs:
-                proc.kill()  # a no-op for one that has exited
-
-
-def _run(fn, args, kwargs, n_devices: int, timeout_s: float, children: _Children):
+def run(fn, *args, n_devices: int | None = None, virtual: bool = False, timeout_s: float = 300,
+        with_log: bool = False, **kwargs):
+    """Run `fn(*args, **kwargs)` in a fresh process on XLA devices and return its result
+    (with `with_log=True`, also what XLA logged on stderr)."""
     if not available():
         raise XLAUnavailable(MISSING)
-    if not callable(fn):
-        raise ValueError(f"fn must be callable, got {type(fn).__name__}")
-    positive_number("timeout_s", timeout_s)
-    env = {**os.environ, **environment(n_devices), "TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR"}
-    with tempfile.TemporaryDirectory() as folder:
-        job, result = os.path.join(folder, "job.pkl"), os.path.join(folder, "result.pkl")
-        with open(job, "wb") as f:
-            cloudpickle.dump((fn, args, kwargs), f)
-        proc = children.start([sys.executable, "-m", "helpers.xla", job, result], env)
-        try:
-            _, stderr = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            raise TimeoutError(f"the XLA process ran past timeout_s={timeout_s} s and was stopped") from None
-        if not os.path.exists(result):
-            raise RuntimeError(f"the XLA process exited with code {proc.returncode}:\n{stderr[-3000:]}")
-        with open(result, "rb") as f:
-            ok, value = cloudpickle.load(f)
-    if not ok:
-        raise RuntimeError(f"in the XLA process:\n{value}")
-    return value
+    return fresh.run(fn, *args, env=_env(n_devices, virtual), timeout_s=timeout_s, with_log=with_log, **kwargs)
 
 
-def _child(job: str, result: str) -> None:
-    try:
-        with open(job, "rb") as f:
-            fn, args, kwargs = cloudpickle.load(f)
-        outcome = (True, fn(*args, **kwargs))
-    except BaseException:
-        outcome = (False, traceback.format_exc())
-    with open(result, "wb") as f:
-        cloudpickle.dump(outcome, f)
+def run_many(jobs, n_devices: int | None = None, virtual: bool = False, timeout_s: float = 300) -> list:
+    """Several `(fn, args, kwargs)` jobs, each in its own fresh process on XLA devices, side by side
+    (one at a time on a TPU: a chip serves one process)."""
+    if not available():
+        raise XLAUnavailable(MISSING)
+    on_tpu = hardware.tpu_present() and not virtual
+    return fresh.run_many(jobs, env=_env(n_devices, virtual), timeout_s=timeout_s, workers=1 if on_tpu else None)
 
 
 # ---- what the XLA processes do ----------------------------------------------------------------
@@ -247,15 +178,11 @@ def spmd_data_parallel(steps: int = 5, batch: int = 64, shard=None, seed: int = 
 
 
 def lightning_tpu_trainer() -> dict:
-    """Ask Lightning for 8 TPU cores: a Trainer on a TPU, Lightning's own error elsewhere."""
+    """Ask Lightning for every device of the TPU (`devices="auto"`): a Trainer on a TPU, Lightning's own error elsewhere."""
     import lightning as L
 
     try:
-        trainer = L.Trainer(accelerator="tpu", devices=8, logger=False, enable_checkpointing=False)
+        trainer = L.Trainer(accelerator="tpu", devices="auto", logger=False, enable_checkpointing=False)
         return {"ok": True, "strategy": type(trainer.strategy).__name__, "devices": trainer.num_devices}
     except Exception as error:
         return {"ok": False, "error": f"{type(error).__name__}: {error}"}
-
-
-if __name__ == "__main__":
-    _child(sys.argv[1], sys.argv[2])
