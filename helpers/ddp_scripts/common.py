@@ -4,6 +4,7 @@ import argparse
 import hashlib
 import json
 import os
+import socket
 import sys
 
 import torch
@@ -21,6 +22,34 @@ def parse_args(description, world_size=False):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save", default=None, help="where rank 0 writes the final checkpoint")
     return parser.parse_args()
+
+
+def device_plan(machines: list[tuple[str, int]], rank: int) -> tuple[str, int | None]:
+    """(backend, GPU index) for `rank`, given every rank's (host name, GPUs on that host).
+
+    nccl only when every machine has a GPU for each of its ranks; a rank's GPU is its position
+    among the ranks on its machine. On separate machines that is LOCAL_RANK; when several
+    torchruns share one machine (two "nodes" on localhost), LOCAL_RANK would put two ranks on one
+    GPU, which NCCL refuses.
+    """
+    if not 0 <= rank < len(machines):
+        raise ValueError(f"rank must be in [0, {len(machines)}), got {rank}")
+    ranks_per_host: dict[str, int] = {}
+    for host, _ in machines:
+        ranks_per_host[host] = ranks_per_host.get(host, 0) + 1
+    if not all(gpus >= ranks_per_host[host] for host, gpus in machines):
+        return "gloo", None
+    host = machines[rank][0]
+    return "nccl", [h for h, _ in machines[: rank + 1]].count(host) - 1
+
+
+def gather_machines() -> list[tuple[str, int]]:
+    """Every rank's (host name, GPU count), over the default (gloo) process group."""
+    import torch.distributed as dist
+
+    machines = [None] * dist.get_world_size()
+    dist.all_gather_object(machines, (socket.gethostname(), torch.cuda.device_count()))
+    return [tuple(m) for m in machines]
 
 
 def dataset(seed):

@@ -1,4 +1,5 @@
-"""Step 4 = step 3 on several machines: LOCAL_RANK picks the device on this machine, RANK is global;
+"""Step 4 = step 3 on several machines: RANK is global, the GPU is this machine's (LOCAL_RANK on
+separate machines; `common.device_plan` also keeps two "nodes" on one machine off each other's GPUs);
 rank 0 writes the checkpoint, everyone waits at a barrier, then every rank loads it onto its own device.
 
 On each of two machines (node_rank 0 and 1; MASTER is node 0's address):
@@ -21,20 +22,22 @@ from helpers.ddp_scripts import common
 
 def main():
     args = common.parse_args(__doc__)
-    local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    use_gpu = torch.cuda.device_count() >= local_world
-    dist.init_process_group("nccl" if use_gpu else "gloo", timeout=timedelta(seconds=60))
+    # gloo first: every machine can speak it, and the ranks must first learn who shares a machine
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", local_rank) if use_gpu else torch.device("cpu")  # local, not global, rank
-    if use_gpu:
+    backend, gpu = common.device_plan(common.gather_machines(), rank)
+    if backend == "nccl":
+        device = torch.device("cuda", gpu)  # this machine's GPU number: LOCAL_RANK on real separate machines
         torch.cuda.set_device(device)
+        group = dist.new_group(backend="nccl")  # DDP's all-reduces go over NCCL
     else:
-        torch.set_num_threads(max(1, os.cpu_count() // local_world))
+        device, group = torch.device("cpu"), None
+        torch.set_num_threads(max(1, os.cpu_count() // int(os.environ["LOCAL_WORLD_SIZE"])))
 
     dataset = common.dataset(args.seed)
     sampler = DistributedSampler(dataset, shuffle=True, seed=args.seed)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
-    model = DDP(common.model(args.seed).to(device), device_ids=[local_rank] if use_gpu else None)
+    model = DDP(common.model(args.seed).to(device), device_ids=[gpu] if gpu is not None else None, process_group=group)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
