@@ -2,6 +2,8 @@
 
 import re
 import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -108,8 +110,34 @@ def test_setup_cell_installs_from_the_one_repository_url(lesson):
     nb = _source(lesson)
     setup = next(c for c in nb.cells if "COURSE_REPO =" in c.source)
     assert f'COURSE_REPO = "{url}"' in setup.source and "hardware.print_summary()" in setup.source
+    assert setup.source.count(url) == 1, "the repository URL is written once; everything else derives from COURSE_REPO"
     badge = nb.cells[0].source
     slug = url.removeprefix("https://github.com/")
-    assert f"colab.research.google.com/github/{slug}/blob/main/notebooks/{lesson}/{lesson}.ipynb" in badge
+    notebook = f"{slug}/blob/main/notebooks/{lesson}/{lesson}.ipynb"
+    assert f"colab.research.google.com/github/{notebook}" in badge
+    assert f"kaggle.com/kernels/welcome?src=https://github.com/{notebook}" in badge
     urls = set(re.findall(r"https://github\.com/[\w.-]+/[\w.-]+", "\n".join(c.source for c in nb.cells)))
     assert urls == {url}
+
+
+def test_lesson_4_installs_the_tested_versions_of_accelerate_and_lightning():
+    """On Colab and Kaggle lesson 4 installs accelerate and lightning through the package's `lesson4`
+    extra: pinned to exactly what requirements.txt (and so `make test`) uses."""
+    pinned = dict(line.split("==") for line in (REPO / "requirements.txt").read_text().splitlines()
+                  if "==" in line and not line.startswith("#") and ";" not in line)
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["lesson4"]
+    assert {name: version for name, version in (req.split("==") for req in extra)} == {
+        "accelerate": pinned["accelerate"], "lightning": pinned["lightning"]}
+    assert "[lesson4] @ git+{COURSE_REPO}" in next(c.source for c in _source("04-accelerate-tpu").cells if "COURSE_REPO =" in c.source)
+
+
+def test_a_failed_install_says_what_it_tried_and_how_to_fix_it(tmp_path):
+    """The setup cell where pip fails (no network, a wrong URL): a clear error, not a bare CalledProcessError."""
+    cell = next(c.source for c in _source("04-accelerate-tpu").cells if "COURSE_REPO =" in c.source)
+    cell = re.sub(r'COURSE_REPO = ".*"', f'COURSE_REPO = "file://{tmp_path}/no-such-repository"', cell)
+    cell = cell.replace('NEEDS = ["helpers"', 'NEEDS = ["no_such_module_of_the_course"')
+    out = subprocess.run([sys.executable, "-c", cell], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "RuntimeError: could not install multi-device-course-helpers[lesson4] @ git+file://" in out.stderr
+    assert "Settings > Internet > On" in out.stderr and "pip install" in out.stdout
+    assert "CalledProcessError" not in out.stderr
