@@ -5,6 +5,7 @@
 #   make grade    autograde submitted/<student>/<lesson>/ in the sandbox -> autograded/, feedback/,
 #                 grades.csv, reports/ (JOBS=N grades N at a time; UNSANDBOXED=1 runs student code unsandboxed)
 #   make bench    print each notebook's execution time and grading times, sequential and parallel
+#   make hw-check run the solution notebooks, measure the key figures here -> reports/hw-check.md (HW_CHECK_ARGS="--lessons 01-dataparallel")
 
 PYTHON ?= python3
 VENV := .venv
@@ -50,3 +51,8 @@ grade: setup sandbox
 
 bench: setup sandbox
 	$(BIN)/python tests/bench.py
+
+HW_CHECK_ARGS ?=
+.PHONY: hw-check
+hw-check: setup
+	$(BIN)/python -m helpers.hw_check $(HW_CHECK_ARGS)
