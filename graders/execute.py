@@ -5,6 +5,10 @@ It writes the index of each cell before running it to GRADER_PROGRESS_FILE. When
 the pipeline grades the submission again with that cell in GRADER_SKIP_CELLS: a skipped cell is
 not run and carries an error instead, so it (and a test that needs it) scores 0 while every other
 cell runs as usual in a fresh kernel.
+
+nbgrader scores a test cell 0 when anything reached stderr during it: a correct answer that merely
+warned (numpy's overflow warning, a FutureWarning of a deprecated spelling) lost its points. Here what a
+test cell wrote on stderr is kept, marked, on stdout: the grade depends on the tests alone.
 """
 
 import os
@@ -13,6 +17,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 
 SKIPPED = "KernelDied"
+STDERR_NOTE = "[written on stderr; warnings do not change the grade]\n"
 
 
 def skipped_cells() -> set[int]:
@@ -29,4 +34,14 @@ class CrashSafeExecute(Execute):
         if progress and cell.cell_type == "code":
             with open(progress, "w") as f:
                 f.write(str(index))
-        return super().preprocess_cell(cell, resources, index)
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            stderr_to_stdout(cell)
+        return cell, resources
+
+
+def stderr_to_stdout(cell) -> None:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream" and output.get("name") == "stderr":
+            output["name"] = "stdout"
+            output["text"] = STDERR_NOTE + output.get("text", "")

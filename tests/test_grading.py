@@ -54,6 +54,20 @@ def _kernel_crash(nb):
     cell.source = "import os\nos._exit(1)\n" + cell.source
 
 
+def _warning_answers_amp(nb):
+    """Correct answers that print warnings on stderr: numpy's overflow warning, a deprecated autocast spelling."""
+    from answers import ANSWERS
+
+    _cell(nb, "fp16").source = ANSWERS["03-amp"]["fp16"]["right"]["numpy cast (warns on overflow)"]
+    _cell(nb, "amp_step").source = ANSWERS["03-amp"]["amp_step"]["right"]["the deprecated CPU spelling (warns)"]
+
+
+def _warning_answer_dp(nb):
+    cell = _cell(nb, "split_sizes")
+    cell.source = "import warnings\n" + cell.source.replace(
+        "    rows = -(-batch_size // n_devices)", '    warnings.warn("a student\'s own warning")\n    rows = -(-batch_size // n_devices)', 1)
+
+
 # student -> {lesson: edit of the solution (None: the solution as is, "blank": the released notebook)}
 SUBMISSIONS = {
     "full": {lesson: None for lesson in POINTS},
@@ -63,6 +77,7 @@ SUBMISSIONS = {
     "infinite_loop": {LESSON: _infinite_loop},
     "deleted_test_cell": {LESSON: _deleted_test_cell},
     "kernel_crash": {LESSON: _kernel_crash},
+    "warnings": {LESSON: _warning_answer_dp, "03-amp": _warning_answers_amp},
 }
 
 
@@ -115,6 +130,16 @@ def test_untouched_student_notebook_scores_zero(graded, lesson):
 def test_one_wrong_answer_loses_exactly_its_points(graded, lesson):
     _, _, rows = graded
     assert _points(rows["wrong_quiz", lesson], lesson) == {**POINTS[lesson], "quiz_tests": 0}
+
+
+@pytest.mark.parametrize("lesson", [LESSON, "03-amp"])
+def test_a_warning_on_stderr_costs_nothing(graded, lesson):
+    """nbgrader alone scores a test cell 0 when anything reached stderr: a correct answer that warned lost its points."""
+    _, results, rows = graded
+    assert results["warnings", lesson].status == "graded"
+    assert _points(rows["warnings", lesson], lesson) == POINTS[lesson]
+    feedback = (graded[0] / "feedback" / "warnings" / lesson / f"{lesson}.html").read_text()
+    assert "warnings do not change the grade" in feedback
 
 
 def test_syntax_error_costs_only_that_exercise(graded):
