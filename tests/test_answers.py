@@ -12,7 +12,7 @@ import io
 import nbformat
 import pytest
 
-from answers import ANSWERS
+from answers import ANSWERS, CONTEXT
 from conftest import REPO
 
 CASES = [(lesson, exercise, kind, name) for lesson, exercises in ANSWERS.items() for exercise, kinds in exercises.items()
@@ -34,6 +34,7 @@ def namespaces():
             with contextlib.redirect_stdout(io.StringIO()):
                 for cell in _cells(lesson)[:2]:  # the setup cell and the imports
                     exec(cell.source, namespace)
+                exec(CONTEXT.get(lesson, ""), namespace)
             made[lesson] = namespace
         return dict(made[lesson])
 

@@ -1,0 +1,258 @@
+"""Lesson 3's answers (see tests/answers.py)."""
+
+RESCUE = '''
+def rescuing_scale(grad):
+    scale = 1
+    while grad * scale < torch.finfo(torch.float16).smallest_normal:
+        scale *= 2
+    return scale
+'''
+FATE = '''
+def fp16_fate(values):
+    fates = []
+    for v in values:
+        stored = torch.tensor(v, dtype=torch.float64).to(torch.float16)
+        fates.append("overflow" if torch.isinf(stored) else "underflow" if stored == 0 and v != 0 else "ok")
+    return fates
+'''
+
+AMP_STEP = '''
+def amp_step(model, optimizer, scaler, x, y, loss_fn, max_norm):
+    optimizer.zero_grad()
+    with {autocast}:
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    {clip}
+    {step}
+    {update}
+    return {result}
+'''
+RIGHT_STEP = dict(autocast="torch.autocast(x.device.type, dtype=torch.float16)",
+                  clip="scaler.unscale_(optimizer); nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
+                  step="scaler.step(optimizer)", update="scaler.update()", result="loss.item()")
+
+
+def amp_step(**changes):
+    return AMP_STEP.format(**{**RIGHT_STEP, **changes})
+
+
+SCALER = '''
+def scaler_after(overflow, init_scale, growth_interval):
+    scale, clean, skipped = float(init_scale), 0, 0
+    for bad in overflow:
+        if bad:
+            {on_overflow}
+        else:
+            clean += 1
+            if {grows}:
+                scale *= 2.0
+                clean = 0
+    return {result}
+'''
+RIGHT_SCALER = dict(on_overflow="scale *= 0.5; clean = 0; skipped += 1", grows="clean == growth_interval",
+                    result="scale, skipped")
+
+
+def scaler(**changes):
+    return SCALER.format(**{**RIGHT_SCALER, **changes})
+
+
+RATIO = '''
+def activation_ratio(model, x, dtype):
+    def measure(enabled):
+        skip = {{t.untyped_storage().data_ptr() for t in {skip}}}
+        seen = {{}}
+
+        def pack(t):
+            s = t.untyped_storage()
+            if s.data_ptr() not in skip:
+                {record}
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with torch.autocast({device}, dtype=dtype, enabled=enabled):
+                model(x)
+        return sum(seen.values())
+
+    return {result}
+'''
+RIGHT_RATIO = dict(skip="list(model.parameters()) + [x]", record="seen[s.data_ptr()] = s.nbytes()",
+                   device="x.device.type", result="measure(True) / measure(False)")
+
+
+def ratio(**changes):
+    return RATIO.format(**{**RIGHT_RATIO, **changes})
+
+
+ANSWERS = {
+    "03-amp": {
+        "fp16": {
+            "right": {
+                "numpy cast (warns on overflow)": '''
+import numpy as np
+
+def fp16_fate(values):
+    fates = []
+    for v in values:
+        h = np.float16(v)  # RuntimeWarning: overflow encountered in cast
+        fates.append("overflow" if np.isinf(h) else "underflow" if h == 0 and v != 0 else "ok")
+    return fates
+
+def rescuing_scale(grad):
+    scale = 1
+    while np.float64(grad) * scale < np.finfo(np.float16).smallest_normal:
+        scale *= 2
+    return scale
+''',
+                "tensor of all values, log2 for the scale": '''
+import math
+
+def fp16_fate(values):
+    stored = torch.tensor(values, dtype=torch.float64).half().tolist()
+    return ["overflow" if math.isinf(h) else "underflow" if h == 0 and v != 0 else "ok" for v, h in zip(values, stored)]
+
+def rescuing_scale(grad):
+    return 2 ** max(0, math.ceil(math.log2(torch.finfo(torch.float16).smallest_normal / grad)))
+''',
+                "frexp for the scale": FATE + '''
+import math
+
+def rescuing_scale(grad):
+    mantissa, exponent = math.frexp(grad)  # grad = mantissa * 2**exponent, 0.5 <= mantissa < 1
+    k = -14 - exponent + (1 if mantissa < 1 else 0)
+    k = k if grad * 2.0**(k - 1) < 2.0**-14 else k - 1
+    return 2 ** max(0, k)
+''',
+            },
+            "wrong": {
+                "the old rule: below 2**-24 underflows, above 65504 overflows": RESCUE + '''
+def fp16_fate(values):
+    return ["overflow" if abs(v) > 65504 else "underflow" if v != 0 and abs(v) < 2**-24 else "ok" for v in values]
+''',
+                "underflow below the smallest normal": RESCUE + '''
+def fp16_fate(values):
+    return ["overflow" if abs(v) >= 65520 else "underflow" if v != 0 and abs(v) < 2**-14 else "ok" for v in values]
+''',
+                "bf16 instead of fp16": RESCUE + FATE.replace("torch.float16", "torch.bfloat16"),
+                "zero counts as underflow": RESCUE + FATE.replace("and v != 0", ""),
+                "off by one at the boundary (<=)": FATE + RESCUE.replace("<", "<="),
+                "scale as a float": FATE + RESCUE.replace("scale = 1\n", "scale = 1.0\n"),
+                "rescues to the smallest subnormal": FATE + RESCUE.replace("smallest_normal", "tiny * 2**-10"),
+                "never returns 1": FATE + RESCUE.replace("scale = 1\n", "scale = 2\n"),
+            },
+        },
+        "predict_dtypes": {
+            "right": {
+                "measured with the course's table": "predicted = amp.autocast_dtypes(DEVICE, torch.bfloat16)",
+                "measured by hand": '''
+predicted = {}
+for op, fn in amp.probe_ops(DEVICE).items():
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        predicted[op] = fn().dtype
+''',
+                "written out by the rules": '''
+if DEVICE == "cuda":  # CUDA autocast runs its fp32 list in fp32
+    stays_low = ("linear", "matmul", "conv2d", "relu(linear)")
+else:  # CPU autocast: only the losses are promoted
+    stays_low = tuple(op for op in amp.probe_ops("cpu") if "loss" not in op and "entropy" not in op)
+predicted = dict.fromkeys(amp.probe_ops("cpu"), torch.float32)
+predicted.update(dict.fromkeys(stays_low, torch.bfloat16))
+''',
+            },
+            "wrong": {
+                "CUDA's rules on the CPU": '''
+low = {"linear", "matmul", "conv2d", "relu(linear)"}
+predicted = {op: torch.bfloat16 if op in low else torch.float32 for op in amp.probe_ops("cpu")}
+''',
+                "everything bf16": "predicted = {op: torch.bfloat16 for op in amp.probe_ops('cpu')}",
+                "dtypes as strings": "predicted = {op: str(dt) for op, dt in amp.autocast_dtypes(DEVICE, torch.bfloat16).items()}",
+                "fp16 autocast's table": "predicted = amp.autocast_dtypes(DEVICE, torch.float16)",
+                "everything fp32": "predicted = {op: torch.float32 for op in amp.probe_ops('cpu')}",
+            },
+        },
+        "scaler": {
+            "right": {
+                "a real GradScaler": '''
+def scaler_after(overflow, init_scale, growth_interval):
+    if not overflow:
+        return float(init_scale), 0
+    steps = amp.scaler_trajectory(overflow, init_scale=init_scale, growth_interval=growth_interval, device="cpu")
+    return float(steps[-1]["next_scale"]), sum(s["skipped"] for s in steps)
+''',
+                "counting growths and backoffs": '''
+def scaler_after(overflow, init_scale, growth_interval):
+    factor, clean = 1.0, 0
+    for bad in overflow:
+        clean = 0 if bad else clean + 1
+        factor *= 0.5 if bad else (2.0 if clean % growth_interval == 0 else 1.0)
+    return float(init_scale) * factor, sum(1 for bad in overflow if bad)
+''',
+                "the solution": scaler(),
+            },
+            "wrong": {
+                "a floor at 1.0": scaler(on_overflow="scale = max(1.0, scale * 0.5); clean = 0; skipped += 1"),
+                "clean steps not reset by an overflow": scaler(on_overflow="scale *= 0.5; skipped += 1"),
+                "grows one step late": scaler(grows="clean > growth_interval"),
+                "backs off by 4": scaler(on_overflow="scale *= 0.25; clean = 0; skipped += 1"),
+                "counts the clean steps as skipped": scaler(result="scale, len(overflow) - skipped"),
+                "scale as an int": scaler(result="int(scale), skipped"),
+            },
+        },
+        "activation_ratio": {
+            "right": {
+                "the course's counter": '''
+def activation_ratio(model, x, dtype):
+    return amp.saved_activation_bytes(model, x, dtype) / amp.saved_activation_bytes(model, x)
+''',
+                "the solution": ratio(),
+                "storages kept in a dict by pointer, measured in one function": '''
+def activation_ratio(model, x, dtype):
+    ignore = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
+    totals = []
+    for enabled in (True, False):
+        sizes = {}
+        def pack(t):
+            if t.untyped_storage().data_ptr() not in ignore:
+                sizes[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast(x.device.type, dtype=dtype, enabled=enabled):
+            model(x)
+        totals.append(sum(sizes.values()))
+    return totals[0] / totals[1]
+''',
+            },
+            "wrong": {
+                "counts the parameters": ratio(skip="[x]"),
+                "counts every saved tensor, no dedupe": ratio(record="seen[len(seen)] = s.nbytes()"),
+                "the inverse ratio": ratio(result="measure(False) / measure(True)"),
+                "autocast on cuda (a no-op on the CPU)": ratio(device='"cuda"'),
+                "counts the input x": ratio(skip="list(model.parameters())"),
+                "bytes of the outputs instead of the saved tensors": '''
+def activation_ratio(model, x, dtype):
+    with torch.autocast(x.device.type, dtype=dtype):
+        low = model(x).nbytes
+    return low / model(x).nbytes
+''',
+            },
+        },
+        "amp_step": {
+            "right": {
+                "the deprecated CPU spelling (warns)": amp_step(autocast="torch.cpu.amp.autocast(dtype=torch.float16)"),
+                "keyword arguments and torch.half": amp_step(autocast="torch.autocast(device_type=x.device.type, dtype=torch.half)"),
+                "the solution": amp_step(),
+                "float(loss)": amp_step(result="float(loss)"),
+            },
+            "wrong": {
+                "no autocast (fp32 through the scaler)": amp_step(autocast="contextlib.nullcontext()").replace(
+                    "def amp_step", "import contextlib\n\ndef amp_step"),
+                "bf16 instead of fp16": amp_step(autocast="torch.autocast(x.device.type, dtype=torch.bfloat16)"),
+                "optimizer.step() directly: overflowing steps are not skipped": amp_step(step="optimizer.step()"),
+                "autocast on cuda while x is on the CPU": amp_step(autocast='torch.autocast("cuda", dtype=torch.float16)'),
+                "clips the scaled gradients": amp_step(clip="nn.utils.clip_grad_norm_(model.parameters(), max_norm)"),
+                "never updates the scale": amp_step(update="pass"),
+                "no zero_grad": amp_step().replace("    optimizer.zero_grad()\n", ""),
+                "returns the loss tensor": amp_step(result="loss"),
+            },
+        },
+    },
+}
