@@ -97,15 +97,24 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
         if not STUDENT_ID.match(student):
             results.append(Result(student, "", "skipped: not a valid student id"))
             continue
-        tasks += [(student, lesson) for lesson in course_lessons if (submitted / student / lesson).is_dir()]
+        for lesson in course_lessons:
+            folder = submitted / student / lesson
+            if (submitted / student).is_symlink() or folder.is_symlink():
+                results.append(Result(student, lesson, "not graded: the submission is a symbolic link"))
+            elif folder.is_dir():
+                tasks.append((student, lesson))
     slots = queue.Queue()  # one sandbox uid per parallel job
     for slot in range(max(1, jobs)):
         slots.put(SANDBOX_UID_BASE + slot)
 
     def run(task):
         uid = slots.get()
+        start = time.monotonic()
         try:
             return _grade_one(root, *task, cell_timeout, submission_timeout, spec_dir, uid)
+        except Exception as error:  # one submission never stops the batch
+            return Result(*task, f"not graded: the grader failed on it ({type(error).__name__}: {error})"[:300],
+                          time.monotonic() - start)
         finally:
             slots.put(uid)
 
@@ -119,20 +128,38 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
 
 def _prepare(root: Path, student: str, lesson: str) -> str | None:
     """Find the lesson's notebook in the submission; None if it is fine, else why it cannot be graded.
-    A single notebook under another name is graded as if correctly named (the copy is noted)."""
+    A single notebook under another name is graded as if correctly named (the copy is noted).
+    Symbolic links and anything but regular files are refused: the grader runs as root and must not
+    read or write what a link points at. The student's own file is never lost: a notebook whose
+    nbgrader metadata must be restored (or whose text holds a lone surrogate, which nbgrader cannot
+    write) is kept as <lesson>.ipynb.submitted and replaced atomically by the repaired one."""
     folder = root / "submitted" / student / lesson
     expected = folder / f"{lesson}.ipynb"
-    if not expected.is_file():
-        others = sorted(folder.glob("*.ipynb"))
+    if expected.is_symlink() or (expected.exists() and not expected.is_file()):
+        return "not graded: the notebook is not a regular file (a symbolic link or a folder)"
+    if not expected.exists():
+        others = sorted(p for p in folder.glob("*.ipynb") if not p.is_symlink() and p.is_file())
         if len(others) != 1:
             return "not graded: no notebook named " + expected.name
-        shutil.copy(others[0], expected)
+        shutil.copyfile(others[0], expected, follow_symlinks=False)
     try:
         submission = nbformat.read(expected, as_version=4)
-    except Exception as error:  # truncated, not JSON, not a notebook
+    except Exception as error:  # truncated, not JSON, not a notebook, not UTF-8
         return f"not graded: the notebook cannot be read ({type(error).__name__})"
-    if _restore_metadata(submission, nbformat.read(root / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)):
-        nbformat.write(submission, expected)
+    restored = _restore_metadata(submission, nbformat.read(root / "solutions" / lesson / f"{lesson}.ipynb", as_version=4))
+    text = nbformat.writes(submission)
+    try:
+        text.encode("utf-8")
+    except UnicodeError:  # a lone surrogate in a cell: nbgrader could not write the graded notebook
+        restored = True
+    if restored:
+        text = text.encode("utf-8", errors="replace")
+        original = folder / f"{lesson}.ipynb.submitted"
+        if not original.exists():
+            shutil.copyfile(expected, original, follow_symlinks=False)
+        partial = folder / f".{lesson}.ipynb.restoring"
+        partial.write_bytes(text)
+        os.replace(partial, expected)
     return None
 
 

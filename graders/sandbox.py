@@ -3,7 +3,7 @@
 jupyter_client starts this script (kernelspec "course-sandbox") as the kernel, in the
 submission's autograded folder. It hands the connection file to the sandbox and replaces itself
 with:  prlimit (memory, processes, file size, CPU time) -> bwrap (read-only system, private /tmp,
-no network, the course and home folders hidden, only the submission folder and the kernel's socket
+no network, the course and home folders hidden, only a fresh working folder and the kernel's socket
 folder writable) -> setpriv (drop to the sandbox user, no capabilities) -> python -m ipykernel_launcher.
 
 Settings come from the environment the grading pipeline sets (GRADER_*; see graders/pipeline.py).
@@ -16,6 +16,7 @@ import os
 import pwd
 import shutil
 import sys
+import tempfile
 
 HIDDEN = ("/root", "/home", "/tmp", "/var/tmp", "/srv", "/mnt", "/media", "/run/user")
 LIMITS = {  # prlimit option -> environment variable, default
@@ -53,8 +54,11 @@ def command(connection_file: str, workdir: str) -> list[str]:
     ipc_dir = os.path.dirname(info["ip"])
     private = os.path.join(ipc_dir, "connection.json")
     shutil.copy(connection_file, private)
+    # The kernel's working folder is a fresh empty one, mounted where nbgrader runs it (the autograded
+    # folder). What the student's code writes or links there never reaches the folder that nbgrader,
+    # as root, writes the graded notebook and the feedback from.
+    scratch = tempfile.mkdtemp(prefix="work-", dir=ipc_dir)
     chown_tree(ipc_dir, uid, gid)
-    chown_tree(workdir, uid, gid)
 
     keep_readonly = [sys.base_prefix, sys.prefix] + [p for p in os.environ.get("GRADER_READONLY", "").split(os.pathsep) if p]
     hide = list(HIDDEN) + [p for p in os.environ.get("GRADER_HIDE", "").split(os.pathsep) if p]
@@ -66,9 +70,10 @@ def command(connection_file: str, workdir: str) -> list[str]:
                        ("group", f"grader:x:{gid}:\n"),
                        ("hosts", "::1 localhost\n::ffff:127.0.0.1 localhost\n")):  # no DNS in here: loopback by file
         mounts += ["--ro-bind", _with_entry(name, line, uid), f"/etc/{name}"]  # getpass/pwd must know the uid
-    binds = [("--ro-bind", p) for p in keep_readonly if os.path.exists(p)] + [("--bind", workdir), ("--bind", ipc_dir)]
-    for kind, path in binds:
-        mounts += _traversable_parents(os.path.abspath(path), hide) + [kind, path, path]
+    binds = [("--ro-bind", p, p) for p in keep_readonly if os.path.exists(p)]
+    binds += [("--bind", ipc_dir, ipc_dir), ("--bind", scratch, workdir)]
+    for kind, source, target in binds:
+        mounts += _traversable_parents(os.path.abspath(target), hide) + [kind, source, target]
 
     limits = [f"{option}={os.environ.get(var, default)}" for option, (var, default) in LIMITS.items()]
     # bwrap runs as root to see what it mounts (pyenv's Python lives under /root), creates no user

@@ -27,6 +27,7 @@ class Case:
     points: dict
     status: str = "graded"  # the status must start with this
     canaries: list[str] = field(default_factory=list)  # paths that must not exist after grading
+    check: Callable[[Path, dict], None] | None = None  # (course root, context) -> raises if the attack worked
 
 
 def _cell(nb, grade_id):
@@ -103,6 +104,50 @@ def _corrupt(folder, repo, ctx):
     (folder / f"{LESSON}.ipynb").write_text(text[: len(text) // 2])
 
 
+def _symlinked_notebook(folder, repo, ctx):
+    (folder / f"{LESSON}.ipynb").symlink_to(repo / "solutions" / LESSON / f"{LESSON}.ipynb")
+
+
+def _symlinked_lesson_folder(folder, repo, ctx):
+    folder.rmdir()
+    folder.symlink_to(repo / "solutions" / LESSON, target_is_directory=True)
+
+
+def _folder_named_like_the_notebook(folder, repo, ctx):
+    (folder / f"{LESSON}.ipynb").mkdir()
+
+
+def _lone_surrogate(folder, repo, ctx):
+    nb = _solution(repo)
+    _strip_metadata(nb, ctx)
+    nb.cells[-1].source += "\n# a stray half of a character: \udc80"
+    (folder / f"{LESSON}.ipynb").write_text(json.dumps(nb, ensure_ascii=True))  # valid JSON, not encodable as UTF-8
+
+
+# The last cell replaces its own notebook by links to a root-only file and to the gradebook, and adds another
+# link: root (nbgrader) must not write through them, chmod them, or copy what they point at into the feedback.
+LINKS_OUT = '''import os
+for _name in os.listdir("."):
+    if _name.endswith(".ipynb"):
+        os.remove(_name)
+        os.symlink("{secret}", _name)
+for _name, _target in [("leak.txt", "{secret}"), ("gradebook.ipynb", "{root}/gradebook.db"), ("up", "{root}")]:
+    try:
+        os.symlink(_target, _name)
+    except OSError as _error:
+        print("blocked", _error)
+'''
+
+
+def _links_did_nothing(root, ctx):
+    secret = Path(ctx["secret"])
+    assert secret.read_text() == "TOPSECRET" and (secret.stat().st_mode & 0o777) == 0o600, "the secret was touched"
+    feedback = root / "feedback" / "links_out" / LESSON
+    assert not (feedback / "leak.txt").exists() and not (feedback / "up").exists(), "a link reached the feedback"
+    assert "TOPSECRET" not in "".join(p.read_text(errors="replace") for p in feedback.glob("*") if p.is_file())
+    assert (root / "gradebook.db").read_bytes()[:15] == b"SQLite format 3"
+
+
 STEAL = '''import glob, sqlite3
 for _pattern in ["{repo}/solutions/*/*.ipynb", "{root}/solutions/*/*.ipynb", "{root}/submitted/*/*/*.ipynb",
                  "{root}/gradebook.db", "/root/.local/share/jupyter/runtime/*.json"]:
@@ -161,4 +206,9 @@ CASES = [
     Case("writes_outside_and_gradebook", edit("quiz", "import sqlite3\n" + WRITE_OUTSIDE), FULL,
          canaries=["{repo}/pwned.txt", "{root}/pwned.txt", "{host_tmp}/pwned.txt", "{host_tmp}/pwned2.txt"]),
     Case("opens_a_socket", edit("quiz", NETWORK), FULL),
+    Case("symlinked_notebook", _symlinked_notebook, ZERO, status="not graded: the notebook is not a regular file"),
+    Case("symlinked_lesson_folder", _symlinked_lesson_folder, ZERO, status="not graded: the submission is a symbolic link"),
+    Case("notebook_is_a_folder", _folder_named_like_the_notebook, ZERO, status="not graded: the notebook is not a regular file"),
+    Case("lone_surrogate", _lone_surrogate, FULL),
+    Case("links_out", edit("quiz", LINKS_OUT), FULL, check=_links_did_nothing),
 ]

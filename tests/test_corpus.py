@@ -1,6 +1,7 @@
 """Grading survives broken and hostile submissions, and none of the attacks works (the sandbox)."""
 
 import csv
+import json
 import shutil
 import socket
 import sqlite3
@@ -51,9 +52,13 @@ class Listener:
 def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
     host_tmp = Path(tempfile.mkdtemp(prefix="corpus-canary-"))
+    secret = host_tmp / "secret.txt"  # a root-only file outside the course
+    secret.write_text("TOPSECRET")
+    secret.chmod(0o600)
     shutil.copytree(REPO / "solutions", root / "solutions")
     listener = Listener()
-    ctx = {"repo": REPO, "root": root, "host_tmp": host_tmp, "host_tmp_name": host_tmp.name, "port": listener.port}
+    ctx = {"repo": REPO, "root": root, "host_tmp": host_tmp, "host_tmp_name": host_tmp.name, "port": listener.port,
+           "secret": secret}
     for case in CASES:
         folder = root / "submitted" / case.name / LESSON
         folder.mkdir(parents=True)
@@ -76,6 +81,17 @@ def test_each_submission_gets_its_expected_grade(graded, case):
     assert got == {k: float(v) for k, v in case.points.items()}
     for canary in case.canaries:
         assert not Path(canary.format(**{k: str(v) for k, v in ctx.items()})).exists(), canary
+    if case.check:
+        case.check(root, ctx)
+
+
+def test_the_students_file_is_kept(graded):
+    """A notebook the grader had to repair (stripped metadata, a lone surrogate) is kept as it was submitted."""
+    root = graded[0]
+    for name in ("stripped_metadata", "lone_surrogate"):
+        folder = root / "submitted" / name / LESSON
+        original = json.loads((folder / f"{LESSON}.ipynb.submitted").read_text())
+        assert not any("nbgrader" in cell["metadata"] for cell in original["cells"])
 
 
 def test_nothing_was_stolen(graded):
