@@ -10,7 +10,13 @@ that torch implements for CUDA alone:
              gradients onto device 0 (what ReduceAddCoalesced does on GPUs).
 * parallel_apply: one Python thread per replica, like torch's, carrying grad mode and
              whether autocast is on into each thread, but not autocast's dtype (torch's
-             behaviour: replicas compute in the device's default autocast dtype).
+             behaviour: replicas compute in the device's default autocast dtype). The virtual
+             devices share the caller's CPU threads: each replica thread computes with
+             `replica_threads(torch.get_num_threads(), n_replicas)` intra-op threads (1 on a
+             2-core machine), so the emulation never runs more compute threads than the caller
+             asked for. (Without this every replica thread built an OpenMP team as large as the
+             caller's each step; on 2 cores their spin-waiting workers competed with the caller's
+             backward, and the backward phase of a 32-64-4 MLP measured 10-90 ms instead of 0.4 ms.)
 * gather:    `torch.cat` on device 0, unsqueezing scalars exactly like torch's Gather.
 
 Every forward appends a `StepRecord` (chunk sizes, seconds per phase) to `model.steps`.
@@ -62,6 +68,36 @@ def split_indices(batch_size: int, n_devices: int) -> list[list[int]]:
         out.append(list(range(start, start + size)))
         start += size
     return out
+
+
+_CHUNK_FORBIDDEN = "work out the rule yourself: torch.chunk and the course's split helpers are off limits here"
+_forbidden_message = _CHUNK_FORBIDDEN
+
+
+def _refusal(*args, **kwargs):
+    raise AssertionError(_forbidden_message)
+
+
+@contextmanager
+def chunk_forbidden(message: str = _CHUNK_FORBIDDEN):
+    """Inside this block `torch.chunk`, `Tensor.chunk` and this module's `split_sizes`/`split_indices` raise
+    AssertionError(message), however they were imported (the helpers' code is swapped, not only their names).
+    Exercise 1 asks for the split rule without them."""
+    global _forbidden_message
+    if not isinstance(message, str) or not message:
+        raise ValueError(f"message must be a non-empty str, got {message!r}")
+    helpers = (split_sizes, split_indices)
+    codes = [f.__code__ for f in helpers]
+    saved, _forbidden_message = _forbidden_message, message
+    try:
+        with mock.patch.object(torch, "chunk", _refusal), mock.patch.object(torch.Tensor, "chunk", _refusal):
+            for f in helpers:
+                f.__code__ = _refusal.__code__
+            yield
+    finally:
+        for f, code in zip(helpers, codes):
+            f.__code__ = code
+        _forbidden_message = saved
 
 
 @dataclass
@@ -360,6 +396,19 @@ def _virtual_collectives():
         yield
 
 
+def replica_threads(cpu_threads: int, n_replicas: int) -> int:
+    """Intra-op threads each replica thread of the emulation computes with: the caller's `cpu_threads`
+    shared out among the `n_replicas` virtual devices, at least one each (2 threads, 2 replicas -> 1 each).
+
+    The virtual devices share the machine's cores, so each one gets its share instead of an OpenMP team
+    as large as the caller's: on a 2-core machine two replicas with two threads each were four busy threads
+    plus spin-waiting workers on two cores.
+    """
+    positive_int("cpu_threads", cpu_threads)
+    positive_int("n_replicas", n_replicas)
+    return max(1, cpu_threads // n_replicas)
+
+
 def _threaded_apply(replicas, inputs, kwargs, measure):
     """torch's parallel_apply, one thread per virtual device, minus the CUDA streams.
 
@@ -373,9 +422,15 @@ def _threaded_apply(replicas, inputs, kwargs, measure):
     autocast_on = torch.is_autocast_enabled("cpu")
     results: list = [None] * len(replicas)
     seconds = [0.0] * len(replicas)
+    caller_threads = torch.get_num_threads()
+    threaded = len(replicas) > 1
+    per_replica = replica_threads(caller_threads, len(replicas))
 
     def work(i, module, args, kw):
         start = time.perf_counter()
+        if threaded:
+            # torch.set_num_threads is process-wide as well as per thread: the caller restores its count after join
+            torch.set_num_threads(per_replica)
         torch.set_grad_enabled(grad_enabled)
         try:
             with torch.autocast("cpu", enabled=autocast_on):
@@ -398,10 +453,13 @@ def _threaded_apply(replicas, inputs, kwargs, measure):
         work(0, *jobs[0][1])
     else:
         threads = [threading.Thread(target=work, args=(i, m, a, k)) for i, (m, a, k) in jobs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            torch.set_num_threads(caller_threads)
     for r in results:
         if isinstance(r, ExceptionWrapper):
             r.reraise()

@@ -304,3 +304,155 @@ def test_real_dataparallel_matches_emulation_on_gpus():
     for a, b in zip(ref.parameters(), inner.parameters()):
         assert torch.allclose(a.grad, b.grad.cpu(), atol=1e-5)
     assert real.steps[-1].chunk_sizes == [5, 5]
+
+
+class _ThreadProbe(nn.Module):
+    """Records, per call, the intra-op threads its thread computes with."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+        self.threads = []
+
+    def forward(self, x):
+        self.threads.append(torch.get_num_threads())
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("caller, devices, rows, expected", [(2, 2, 8, [1, 1]), (4, 2, 8, [2, 2]), (2, 4, 8, [1] * 4),
+                                                              (3, 2, 8, [1, 1]), (2, 2, 1, [2])])
+def test_replica_threads_share_the_callers_cpu_threads(caller, devices, rows, expected):
+    # each replica thread once built an OpenMP team as large as the caller's: on 2 cores, 2 replicas x 2 threads
+    # plus spin-waiting workers made a 0.2 ms step take 100-300 ms
+    saved = torch.get_num_threads()
+    torch.set_num_threads(caller)
+    try:
+        probe = _ThreadProbe()
+        wrapped = dp.make_data_parallel(probe, device_ids=list(range(devices)), emulate=True)
+        for _ in range(2):
+            F.mse_loss(wrapped(torch.randn(rows, 4)), torch.randn(rows, 2)).backward()
+            assert torch.get_num_threads() == caller, "the caller's thread count is restored"
+        assert probe.threads == expected * 2  # a single replica runs in the caller's thread, with its count
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_replica_threads_rule_and_arguments():
+    assert [dp.replica_threads(c, n) for c, n in [(1, 2), (2, 2), (4, 2), (5, 2), (8, 3), (16, 1)]] == [1, 1, 2, 2, 2, 16]
+    for args, name in [((0, 2), "cpu_threads"), ((2.0, 2), "cpu_threads"), ((True, 2), "cpu_threads"),
+                       ((2, 0), "n_replicas"), ((2, "2"), "n_replicas")]:
+        with pytest.raises(ValueError, match=name):
+            dp.replica_threads(*args)
+
+
+def test_threads_restored_when_a_replica_fails():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        class Fails(nn.Module):
+            def forward(self, x):
+                raise KeyError("boom")
+
+        with pytest.raises(KeyError):
+            dp.make_data_parallel(Fails(), device_ids=[0, 1], emulate=True)(torch.zeros(4, 1))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_emulated_step_costs_a_sane_multiple_of_a_plain_step():
+    # a generous bound: best of 30 steps, so a machine busy with other work does not decide it
+    import time
+
+    def best(step, n=30):
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    kwargs = dict(in_features=32, hidden=64, out_features=4)
+    plain, inner = _pair(models.MLP, **kwargs)
+    wrapped = dp.make_data_parallel(inner, device_ids=[0, 1], emulate=True)
+    x, y = torch.randn(64, 32), torch.randn(64, 4)
+
+    def plain_step():
+        plain.zero_grad()
+        F.mse_loss(plain(x), y).backward()
+
+    def emulated_step():
+        wrapped.zero_grad()
+        F.mse_loss(wrapped(x), y).backward()
+
+    plain_step(), emulated_step()
+    plain_seconds, emulated_seconds = best(plain_step), best(emulated_step)
+    assert emulated_seconds < 20 * plain_seconds + 2e-3, (emulated_seconds, plain_seconds)
+    backward = min(s.phase_seconds()["backward"] for s in wrapped.steps[-30:])
+    assert backward < 20 * plain_seconds + 2e-3, (backward, plain_seconds)
+
+
+def test_chunk_forbidden_refuses_chunk_and_the_helpers_then_restores_them():
+    from helpers.dataparallel import split_sizes
+
+    with dp.chunk_forbidden("no chunk"):
+        for call in (lambda: torch.chunk(torch.arange(4), 2), lambda: torch.arange(4).chunk(2),
+                     lambda: split_sizes(4, 2), lambda: dp.split_sizes(4, 2), lambda: dp.split_indices(4, 2)):
+            with pytest.raises(AssertionError, match="no chunk"):
+                call()
+        assert [len(c) for c in torch.arange(5).split(2)] == [2, 2, 1]  # other APIs still work
+    assert split_sizes(10, 3) == [4, 4, 2] and len(torch.arange(4).chunk(2)) == 2 and dp.split_indices(3, 2) == [[0, 1], [2]]
+    with pytest.raises(ValueError, match="message"):
+        with dp.chunk_forbidden(""):
+            pass
+
+
+def _lesson1_visible_test(grade_id):
+    """Lesson 1's test cell for an exercise, without its hidden tests: what a student sees and runs."""
+    import nbformat
+
+    from conftest import REPO
+
+    nb = nbformat.read(REPO / "solutions" / "01-dataparallel" / "01-dataparallel.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return source.split("### BEGIN HIDDEN TESTS")[0]
+
+
+def _lesson1_namespace():
+    import os
+    import threading
+
+    from helpers import checkpoints, data, memory, plotting
+
+    return dict(torch=torch, F=F, nn=nn, dp=dp, models=models, memory=memory, checkpoints=checkpoints, data=data,
+                plotting=plotting, os=os, threading=threading)
+
+
+@pytest.mark.parametrize("grade_id, answer", [
+    ("dp_gradients", "mean of the chunks' mean losses"),  # passed the old, even visible test (12 over 2)
+    ("split_sizes", "calls torch.chunk (forbidden)"),  # the text forbade it, the test did not
+    ("split_sizes", "calls Tensor.chunk (forbidden)"),
+    ("split_sizes", "calls the course's helper (forbidden)"),
+])
+def test_lesson1_visible_tests_already_reject_the_common_mistakes(grade_id, answer):
+    from answers_01 import ANSWERS
+
+    namespace = _lesson1_namespace()
+    exec(ANSWERS["01-dataparallel"][grade_id]["wrong"][answer], namespace)
+    with pytest.raises(AssertionError):
+        exec(_lesson1_visible_test(f"{grade_id}_tests"), namespace)
+
+
+def test_lesson1_gradients_test_accepts_model_forward():
+    # the hidden test once counted calls with a forward pre-hook on the model, which model.forward(x) bypasses
+    from answers_01 import ANSWERS
+
+    import nbformat
+
+    from conftest import REPO
+
+    nb = nbformat.read(REPO / "solutions" / "01-dataparallel" / "01-dataparallel.ipynb", as_version=4)
+    test = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "dp_gradients_tests")
+    namespace = _lesson1_namespace()
+    exec(ANSWERS["01-dataparallel"]["dp_gradients"]["right"]["model.forward instead of model(...)"], namespace)
+    exec(test, namespace)  # visible and hidden
