@@ -8,7 +8,10 @@ started by `helpers.launch.launch` (or by itself under torchrun).
 from __future__ import annotations
 
 import os
+import re
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -214,30 +217,51 @@ def count_allreduces(ddp_model: DDP) -> list[int]:
     return counter
 
 
-def accumulation_worker(rank: int, world_size: int, cfg: TrainConfig, micro_batches: int, step_fn) -> dict:
-    """One optimizer step over `micro_batches` micro-batches per rank, done by `step_fn`; counts all-reduces."""
+def accumulation_worker(rank: int, world_size: int, cfg: TrainConfig, micro_batches: int, step_fn,
+                        steps: int = 1) -> dict:
+    """`steps` optimizer steps, each over `micro_batches` micro-batches per rank, done by `step_fn`.
+
+    Step s of rank r uses the samples `(s * world_size + r) * per_rank ...` (per_rank = batch_size x
+    micro_batches), so one step's global batch is a contiguous block: `large_batch_reference`'s.
+    Returns the clean state, DDP's all-reduces per step (a comm hook counts its buckets) and, per
+    step, whether the gradients were left cleared (None or zero) when `step_fn` returned."""
+    positive_int("micro_batches", micro_batches)
+    positive_int("steps", steps)
     dataset = cfg.dataset()
     model = wrap(cfg.model())
     calls = count_allreduces(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     per_rank = cfg.batch_size * micro_batches
-    x, y = dataset[rank * per_rank:(rank + 1) * per_rank]
     device = launch.device()
-    batches = list(zip(x.to(device).chunk(micro_batches), y.to(device).chunk(micro_batches)))
-    step_fn(model, optimizer, batches, F.mse_loss)
-    return {"state": checkpoints.clean_state_dict(model), "allreduces": calls[0]}
+    per_step, cleared = [], []
+    for step in range(steps):
+        start = (step * world_size + rank) * per_rank
+        x, y = dataset[start:start + per_rank]
+        batches = list(zip(x.to(device).chunk(micro_batches), y.to(device).chunk(micro_batches)))
+        before = calls[0]
+        step_fn(model, optimizer, batches, F.mse_loss)
+        per_step.append(calls[0] - before)
+        cleared.append(all(p.grad is None or not p.grad.any() for p in model.parameters()))
+    return {"state": checkpoints.clean_state_dict(model), "allreduces": calls[0], "allreduces_per_step": per_step,
+            "grads_cleared": cleared}
 
 
-def large_batch_reference(cfg: TrainConfig, world_size: int, micro_batches: int) -> dict:
-    """The step that accumulation must equal: one SGD step on every rank's samples at once."""
+def large_batch_reference(cfg: TrainConfig, world_size: int, micro_batches: int, steps: int = 1) -> dict:
+    """What accumulation must equal: `steps` plain SGD steps, each on every rank's samples of that step at once."""
     positive_int("world_size", world_size)
     positive_int("micro_batches", micro_batches)
+    positive_int("steps", steps)
+    per_step = world_size * cfg.batch_size * micro_batches
+    if steps * per_step > cfg.n_samples:
+        raise ValueError(f"steps: {steps} steps of {per_step} samples need more than cfg.n_samples={cfg.n_samples}")
     dataset = cfg.dataset()
     model = cfg.model()
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-    x, y = dataset[: world_size * cfg.batch_size * micro_batches]
-    F.mse_loss(model(x), y).backward()
-    optimizer.step()
+    for step in range(steps):
+        x, y = dataset[step * per_step:(step + 1) * per_step]
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
     return {"state": model.state_dict()}
 
 
@@ -267,16 +291,130 @@ def loader_steps_worker(rank: int, world_size: int, n_samples: int, make_loader)
     return {"rank": rank, "steps": steps}
 
 
-def checkpoint_worker(rank: int, world_size: int, cfg: TrainConfig, path: str, save_fn) -> dict:
-    """Train briefly, save with `save_fn(ddp_model, path)`, then load the file on every rank."""
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+@contextmanager
+def recording_writes(path: str, slow_s: float = 0.0):
+    """Inside the block, record whether this process writes `path`: a Python `open`/`os.open` for
+    writing, a rename onto it (seen by an audit hook), or `torch.save` to it (whatever the spelling:
+    `torch.save`, `checkpoints.save`, ...). `torch.save` to `path` then holds the half-written file
+    `slow_s` seconds, so a rank that reads it without waiting finds it incomplete.
+
+    Yields a list whose single item turns True at the first write."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    if isinstance(slow_s, bool) or not isinstance(slow_s, (int, float)) or slow_s < 0:
+        raise ValueError(f"slow_s must be a number >= 0, got {slow_s!r}")
+    target = os.path.realpath(path)
+    wrote, active = [False], [True]
+
+    def is_target(name) -> bool:
+        try:
+            return os.path.realpath(os.fsdecode(name)) == target
+        except (TypeError, ValueError):
+            return False
+
+    def hook(event, args):
+        if not active[0]:
+            return
+        if event == "open" and isinstance(args[2], int) and args[2] & _WRITE_FLAGS and is_target(args[0]):
+            wrote[0] = True
+        elif event == "os.rename" and is_target(args[1]):
+            wrote[0] = True
+
+    original = torch.serialization._open_zipfile_writer_file
+
+    class Recording(original):
+        def __init__(self, name):
+            super().__init__(name)
+            if is_target(name):
+                wrote[0] = True
+                time.sleep(slow_s)  # the file exists, its records are not written yet
+
+    sys.addaudithook(hook)  # hooks cannot be removed: `active` switches it off
+    torch.serialization._open_zipfile_writer_file = Recording
+    try:
+        yield wrote
+    finally:
+        active[0] = False
+        torch.serialization._open_zipfile_writer_file = original
+
+
+def checkpoint_worker(rank: int, world_size: int, cfg: TrainConfig, path: str, save_fn, slow_s: float = 0.0) -> dict:
+    """Train briefly, save with `save_fn(ddp_model, path)`, then load the file on every rank.
+
+    Records whether this rank wrote `path`. With `slow_s` > 0 rank 0 reaches `save_fn` `slow_s` seconds
+    after the others and its torch.save holds the half-written file as long: a rank that reads the
+    file without waiting for rank 0 (a barrier after the save) fails instead of being lucky."""
     model = wrap(cfg.model())
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     x, y = cfg.dataset()[rank * cfg.batch_size:(rank + 1) * cfg.batch_size]
     F.mse_loss(model(x.to(launch.device())), y.to(launch.device())).backward()
     optimizer.step()
-    save_fn(model, path)
+    delay = slow_s if rank == 0 else 0.0
+    time.sleep(delay)
+    with recording_writes(path, slow_s=delay) as wrote:
+        save_fn(model, path)
     loaded = torch.load(path, map_location=launch.device(), weights_only=True)  # this rank's device
-    return {"trained": checkpoints.clean_state_dict(model), "loaded": loaded}
+    return {"rank": rank, "trained": checkpoints.clean_state_dict(model), "loaded": loaded, "wrote": wrote[0]}
+
+
+def loader_problem(make_loader, n_samples: int, world_size: int, batch_size: int) -> str | None:
+    """What is wrong with `make_loader(dataset, world_size, rank, batch_size)` on `data.indexed(n_samples)`,
+    judged against torch's DistributedSampler (None when nothing is): every rank a DataLoader of
+    batches of at most `batch_size`, the same share of ceil(n_samples / world_size) distinct samples
+    (as many as DistributedSampler gives), as many batches as DistributedSampler's loader, and every
+    sample on some rank. Any order and any padding are accepted."""
+    if not callable(make_loader):
+        raise ValueError(f"make_loader must be callable, got {type(make_loader).__name__}")
+    positive_int("n_samples", n_samples)
+    positive_int("world_size", world_size)
+    positive_int("batch_size", batch_size)
+    dataset = data.indexed(n_samples)
+    share = len(DistributedSampler(dataset, num_replicas=world_size, rank=0, shuffle=False))
+    n_batches = len(DataLoader(dataset, batch_size=batch_size,
+                               sampler=DistributedSampler(dataset, num_replicas=world_size, rank=0, shuffle=False)))
+    shards = []
+    for rank in range(world_size):
+        loader = make_loader(dataset, world_size, rank, batch_size)
+        if not isinstance(loader, DataLoader):
+            return f"rank {rank}: make_loader returned a {type(loader).__name__}, not a DataLoader"
+        rows, batches = [], 0
+        for batch in loader:
+            x = batch[0] if isinstance(batch, (list, tuple)) else batch
+            if not isinstance(x, torch.Tensor):
+                return f"rank {rank}: a batch holds a {type(x).__name__}, not the dataset's tensors"
+            if len(x) > batch_size:
+                return f"rank {rank}: a batch of {len(x)} samples, more than batch_size={batch_size}"
+            rows += [int(v) for v in x.flatten()]
+            batches += 1
+        if len(rows) != len(set(rows)):
+            return f"rank {rank} sees a sample twice in one epoch"
+        shards.append((rows, batches))
+    counts = [len(rows) for rows, _ in shards]
+    if len(set(counts)) > 1:
+        return f"the ranks get different numbers of samples ({counts}): their gradients would not weigh alike"
+    if counts[0] != share:
+        return (f"each rank gets {counts[0]} of the {n_samples} samples over {world_size} ranks: every rank must "
+                f"get the same share, n_samples / world_size rounded up")
+    if any(batches != n_batches for _, batches in shards):
+        return f"{[b for _, b in shards]} batches per rank: expected the batches of {share} samples at batch_size={batch_size}"
+    missing = set(range(n_samples)) - {i for rows, _ in shards for i in rows}
+    if missing:
+        return f"samples on no rank: {len(missing)} of the {n_samples}"
+    return None
+
+
+def last_error_line(error: BaseException) -> str:
+    """The line of a failed rank's traceback that names the exception (not the rank's stderr)."""
+    if not isinstance(error, BaseException):
+        raise ValueError(f"error must be an exception, got {type(error).__name__}")
+    text = getattr(error, "details", str(error)).split("\n--- this rank's stderr ---")[0].strip()
+    lines = text.splitlines()
+    # the exception's own line: unindented `package.Name: message` (its message may run on below it)
+    named = [line for line in lines if re.match(r"[A-Za-z_][\w.]*: ", line)]
+    return named[-1] if named else lines[-1] if lines else type(error).__name__
 
 
 def step_time_worker(rank: int, world_size: int, in_features: int, hidden: int, batch: int, steps: int) -> dict:
@@ -324,3 +462,92 @@ def dataparallel_step_time(in_features: int, hidden: int, batch: int, steps: int
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return sum(times) / steps, report
+
+
+# ---- judging the lesson's exercises against the references ------------------------------------
+
+
+def checkpoint_problem(ranks: list, cfg: TrainConfig) -> str | None:
+    """What is wrong with the results of `checkpoint_worker` (None when nothing is): rank 0, and only
+    rank 0, wrote the file; every rank loaded a clean state dict (the plain model's keys) holding the
+    trained weights."""
+    if not isinstance(ranks, list) or not ranks or not all(isinstance(r, dict) and "wrote" in r for r in ranks):
+        raise ValueError("ranks must be the list of checkpoint_worker's results")
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    writers = [r["rank"] for r in ranks if r["wrote"]]
+    if 0 not in writers:
+        return "rank 0 did not write the checkpoint"
+    if writers != [0]:
+        return (f"ranks {writers} all wrote the checkpoint: only rank 0 may write it (the others race it for "
+                f"the same file)")
+    keys = list(cfg.model().state_dict())
+    for r in ranks:
+        loaded = r["loaded"]
+        if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
+            return f"the checkpoint holds a {type(loaded).__name__}, not a state dict of tensors"
+        if list(loaded) != keys:
+            if list(loaded) == [checkpoints.PREFIX + k for k in keys]:
+                return "the checkpoint's keys start with 'module.': a plain model cannot load it (save the model inside DDP)"
+            return "the checkpoint's keys are not the model's state dict keys"
+        if not same_state(loaded, r["trained"]):
+            return f"rank {r['rank']} loaded weights that differ from the trained ones"
+    return None
+
+
+def checkpoint_failure(error: BaseException) -> str:
+    """A readable reason for a failed checkpoint launch: the failing rank's exception and what it suggests."""
+    line = last_error_line(error)
+    rank = getattr(error, "rank", "?")
+    if "UnpicklingError" in line or "Weights only load failed" in line:
+        hint = "the file is not a plain state dict of tensors"
+    elif any(s in line for s in ("FileNotFoundError", "No such file", "PytorchStreamReader", "EOFError", "zip archive")):
+        hint = "a rank read the file before rank 0 had finished writing it"
+    elif "imed out" in line:
+        hint = "a rank waited for a partner that never came (a barrier that not every rank reaches?)"
+    else:
+        hint = "see the error"
+    return f"rank {rank} failed: {line} ({hint})"
+
+
+def worker_problem(ranks: list, cfg: TrainConfig, world_size: int) -> str | None:
+    """What is wrong with the results of a complete DDP worker (None when nothing is): each returns
+    {"state": clean state dict, "mean_loss": float}; the weights equal `reference_train` and agree
+    exactly between ranks; mean_loss is the mean over the ranks of the last batch's loss, which is the
+    reference's last loss (every rank's last batch has the same size under DistributedSampler)."""
+    if not isinstance(ranks, list) or not ranks:
+        raise ValueError("ranks must be the non-empty list of the worker's results")
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    positive_int("world_size", world_size)
+    if not all(type(r) is dict and {"state", "mean_loss"} <= set(r) for r in ranks):
+        return "return a dict with the keys 'state' and 'mean_loss'"
+    keys = list(cfg.model().state_dict())
+    for r in ranks:
+        state = r["state"]
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            return f"'state' is a {type(state).__name__}, not a state dict"
+        if list(state) != keys:
+            if list(state) == [checkpoints.PREFIX + k for k in keys]:
+                return "the state dict's keys start with 'module.': return the clean state dict of the model inside DDP"
+            return "the state dict's keys are not the model's"
+    if not all(same_state(r["state"], ranks[0]["state"], atol=0) for r in ranks):
+        return "the ranks end with different weights: are the gradients averaged (the model wrapped in DDP)?"
+    reference = reference_train(cfg, world_size)
+    if not same_state(ranks[0]["state"], reference["state"]):
+        if cfg.epochs > 1 and cfg.set_epoch:
+            import dataclasses
+
+            forgot = reference_train(dataclasses.replace(cfg, set_epoch=False), world_size)
+            if same_state(ranks[0]["state"], forgot["state"]):
+                return "the weights equal a run that never calls set_epoch: call sampler.set_epoch(epoch) every epoch"
+        return ("the weights differ from one process trained on the same global batches: check the sampler, the "
+                "batch size, the learning rate, zero_grad and the loss")
+    losses = [r["mean_loss"] for r in ranks]
+    if not all(type(v) is float for v in losses):
+        return f"mean_loss must be a float, got {type(losses[0]).__name__}"
+    if len(set(losses)) > 1:
+        return "the ranks return different mean_loss values: all-reduce the loss"
+    if abs(losses[0] - reference["losses"][-1]) > 1e-5 * max(1.0, abs(reference["losses"][-1])):
+        return "mean_loss is not the mean over the ranks of the last batch's loss"
+    return None

@@ -35,6 +35,31 @@ def save_on_rank0(model, path):
     dist.barrier()
 
 
+def save_on_every_rank(model, path):
+    with open(path, "wb") as f:  # through Python's open, not torch.save's own file writer
+        torch.save(model.module.state_dict(), f)
+    dist.barrier()
+
+
+def save_without_barrier(model, path):
+    if dist.get_rank() == 0:
+        torch.save(model.module.state_dict(), path)
+
+
+def accumulate_never_clearing(model, optimizer, batches, loss_fn):
+    with model.no_sync():
+        for x, y in batches[:-1]:
+            (loss_fn(model(x), y) / len(batches)).backward()
+    x, y = batches[-1]
+    (loss_fn(model(x), y) / len(batches)).backward()
+    optimizer.step()
+
+
+def accumulate_and_clear(model, optimizer, batches, loss_fn):
+    accumulate_never_clearing(model, optimizer, batches, loss_fn)
+    optimizer.zero_grad()
+
+
 @pytest.mark.parametrize("world_size, cfg", [(2, TrainConfig()), (3, TrainConfig(n_samples=100, batch_size=8, seed=4))])
 def test_ddp_training_equals_one_process_on_the_global_batches(world_size, cfg):
     ranks = launch.launch(ddp.train_worker, world_size, args=(cfg, False))
@@ -67,6 +92,17 @@ def test_no_sync_accumulation_all_reduces_once_and_equals_the_large_batch():
     assert ddp.same_state(synced[0]["state"], reference) and ddp.same_state(naive[0]["state"], reference)
 
 
+def test_accumulation_over_several_steps_needs_the_gradients_cleared():
+    cfg = TrainConfig()
+    reference = ddp.large_batch_reference(cfg, 2, 2, steps=3)["state"]
+    assert not ddp.same_state(reference, ddp.large_batch_reference(cfg, 2, 2)["state"])
+    cleared = launch.launch(ddp.accumulation_worker, 2, args=(cfg, 2, accumulate_and_clear, 3))
+    kept = launch.launch(ddp.accumulation_worker, 2, args=(cfg, 2, accumulate_never_clearing, 3))
+    assert cleared[0]["allreduces_per_step"] == [1, 1, 1] and cleared[0]["grads_cleared"] == [True] * 3
+    assert ddp.same_state(cleared[0]["state"], reference)
+    assert kept[0]["grads_cleared"] == [False] * 3 and not ddp.same_state(kept[0]["state"], reference)
+
+
 def test_uneven_batches_time_out_and_join_fixes_them():
     with pytest.raises(launch.WorkerFailed, match="Timed out"):
         launch.launch(ddp.uneven_worker, 2, args=([3, 2],), timeout_s=4)
@@ -74,10 +110,72 @@ def test_uneven_batches_time_out_and_join_fixes_them():
 
 
 def test_rank0_checkpoint_loads_on_every_rank(tmp_path):
-    ranks = launch.launch(ddp.checkpoint_worker, 2, args=(TrainConfig(), str(tmp_path / "c.pt"), save_on_rank0))
+    ranks = launch.launch(ddp.checkpoint_worker, 2, args=(TrainConfig(), str(tmp_path / "c.pt"), save_on_rank0, 0.3))
     for r in ranks:
         assert ddp.same_state(r["loaded"], r["trained"], atol=0)
     assert not any(k.startswith("module.") for k in ranks[0]["loaded"])
+    assert [r["wrote"] for r in ranks] == [True, False]
+    assert ddp.checkpoint_problem(ranks, TrainConfig()) is None
+
+
+def test_checkpoint_writers_and_early_readers_are_caught(tmp_path):
+    ranks = launch.launch(ddp.checkpoint_worker, 2, args=(TrainConfig(), str(tmp_path / "a.pt"), save_on_every_rank))
+    assert [r["wrote"] for r in ranks] == [True, True]
+    assert "only rank 0" in ddp.checkpoint_problem(ranks, TrainConfig())
+    with pytest.raises(launch.WorkerFailed) as failed:
+        launch.launch(ddp.checkpoint_worker, 2, args=(TrainConfig(), str(tmp_path / "b.pt"), save_without_barrier, 0.5))
+    assert "before rank 0 had finished writing" in ddp.checkpoint_failure(failed.value)
+
+
+def test_recording_writes_sees_every_spelling_of_a_write(tmp_path):
+    path = str(tmp_path / "w.pt")
+    for write in (lambda: torch.save({}, path), lambda: open(path, "ab").close(),
+                  lambda: (torch.save({}, path + ".tmp"), __import__("os").replace(path + ".tmp", path))):
+        with ddp.recording_writes(path) as wrote:
+            write()
+        assert wrote == [True]
+    with ddp.recording_writes(path) as wrote:
+        torch.load(path, weights_only=True)
+        open(path, "rb").close()
+        torch.save({}, str(tmp_path / "other.pt"))
+    assert wrote == [False]
+
+
+def _strided_loader(dataset, world_size, rank, batch_size):
+    return torch.utils.data.DataLoader(torch.utils.data.Subset(dataset, range(rank, len(dataset), world_size)),
+                                       batch_size=batch_size)
+
+
+def _sampler_loader(dataset, world_size, rank, batch_size):
+    sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
+def _unsharded_loader(dataset, world_size, rank, batch_size):
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size)
+
+
+def test_loader_problem_judges_against_distributed_sampler():
+    for n, w, b in [(10, 3, 2), (1, 3, 1), (16, 2, 3), (7, 4, 1)]:
+        assert ddp.loader_problem(_sampler_loader, n, w, b) is None
+    assert ddp.loader_problem(_unsharded_loader, 1, 1, 1) is None  # one rank: its share is everything
+    assert "same share" in ddp.loader_problem(_unsharded_loader, 10, 3, 2)
+    assert "different numbers of samples" in ddp.loader_problem(_strided_loader, 10, 3, 2)
+    assert ddp.loader_problem(_strided_loader, 12, 3, 2) is None  # divisible: the strided split is a fine split
+
+
+def test_worker_problem_accepts_the_course_trainer_and_names_the_mistake():
+    cfg = TrainConfig(epochs=2)
+    ranks = launch.launch(ddp.train_worker, 2, args=(cfg, False))
+    right = [{"state": r["state"], "mean_loss": r["losses"][-1]} for r in ranks]
+    assert ddp.worker_problem(right, cfg, 2) is None
+    summed = [{**r, "mean_loss": 2 * r["mean_loss"]} for r in right]
+    assert "mean over the ranks" in ddp.worker_problem(summed, cfg, 2)
+    prefixed = [{**r, "state": {"module." + k: v for k, v in r["state"].items()}} for r in right]
+    assert "module." in ddp.worker_problem(prefixed, cfg, 2)
+    forgot = launch.launch(ddp.train_worker, 2, args=(TrainConfig(epochs=2, set_epoch=False), False))
+    forgot = [{"state": r["state"], "mean_loss": r["losses"][-1]} for r in forgot]
+    assert "set_epoch" in ddp.worker_problem(forgot, cfg, 2)
 
 
 def test_ddp_memory_ledger_is_balanced_and_consistent():
@@ -132,6 +230,18 @@ def test_batch_and_learning_rate_arithmetic():
     (lambda: ddp.dataparallel_device0_bytes(-5, 2), "model_bytes"),
     (lambda: ddp.reference_train(TrainConfig(), 0), "world_size"),
     (lambda: ddp.large_batch_reference(TrainConfig(), 2, 0), "micro_batches"),
+    (lambda: ddp.large_batch_reference(TrainConfig(), 2, 4, steps=3), "steps"),
+    (lambda: ddp.accumulation_worker(0, 2, TrainConfig(), 2, None, steps=0), "steps"),
+    (lambda: ddp.loader_problem(None, 10, 2, 2), "make_loader"),
+    (lambda: ddp.loader_problem(lambda *a: None, 0, 2, 2), "n_samples"),
+    (lambda: ddp.loader_problem(lambda *a: None, 10, 2, 0), "batch_size"),
+    (lambda: ddp.recording_writes(3).__enter__(), "path"),
+    (lambda: ddp.recording_writes("x", slow_s=-1).__enter__(), "slow_s"),
+    (lambda: ddp.last_error_line("text"), "error"),
+    (lambda: ddp.checkpoint_problem([], TrainConfig()), "ranks"),
+    (lambda: ddp.checkpoint_problem([{"wrote": True, "rank": 0}], None), "cfg"),
+    (lambda: ddp.worker_problem([{}], TrainConfig(), 0), "world_size"),
+    (lambda: ddp.worker_problem([], TrainConfig(), 2), "ranks"),
     (lambda: ddp.dataparallel_step_time(16, 32, 8, steps=0), "steps"),
     (lambda: hardware.detect().ddp_mode(0), "n_procs"),
     (lambda: memory.ddp_rank_bytes(torch.nn.Linear(2, 2), None, None, None), "ddp_model"),

@@ -1,6 +1,8 @@
 """Step 4 = step 3 on several machines: RANK is global, the GPU is this machine's (LOCAL_RANK on
 separate machines; `common.device_plan` also keeps two "nodes" on one machine off each other's GPUs);
 rank 0 writes the checkpoint, everyone waits at a barrier, then every rank loads it onto its own device.
+That last step assumes that `--save` is on a filesystem every node sees (NFS, Lustre, ...); without one,
+broadcast the state from rank 0 (`dist.broadcast_object_list`) or let each node's LOCAL_RANK 0 save a copy.
 
 On each of two machines (node_rank 0 and 1; MASTER is node 0's address):
     torchrun --nnodes=2 --node_rank=$NODE_RANK --nproc_per_node=2 \\
