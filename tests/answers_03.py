@@ -17,19 +17,24 @@ def fp16_fate(values):
 '''
 
 AMP_STEP = '''
-def amp_step(model, optimizer, scaler, x, y, loss_fn, max_norm):
+def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_norm):
+    k = len(micro_batches)
     optimizer.zero_grad()
-    with {autocast}:
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
+    losses = []
+    for x, y in micro_batches:
+        with {autocast}:
+            loss = loss_fn(model(x), y)
+        {backward}
+        losses.append(loss.item())
     {clip}
     {step}
     {update}
     return {result}
 '''
 RIGHT_STEP = dict(autocast="torch.autocast(x.device.type, dtype=torch.float16)",
+                  backward="scaler.scale(loss / k).backward()",
                   clip="scaler.unscale_(optimizer); nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
-                  step="scaler.step(optimizer)", update="scaler.update()", result="loss.item()")
+                  step="scaler.step(optimizer)", update="scaler.update()", result="sum(losses) / k")
 
 
 def amp_step(**changes):
@@ -238,20 +243,105 @@ def activation_ratio(model, x, dtype):
         "amp_step": {
             "right": {
                 "the deprecated CPU spelling (warns)": amp_step(autocast="torch.cpu.amp.autocast(dtype=torch.float16)"),
-                "keyword arguments and torch.half": amp_step(autocast="torch.autocast(device_type=x.device.type, dtype=torch.half)"),
                 "the solution": amp_step(),
-                "float(loss)": amp_step(result="float(loss)"),
+                "1/k on the scaled loss, torch.half, losses kept as tensors": '''
+def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_norm):
+    optimizer.zero_grad(set_to_none=False)
+    losses = []
+    for x, y in micro_batches:
+        with torch.autocast(device_type=x.device.type, dtype=torch.half):
+            out = model(x)
+        loss = loss_fn(out.float(), y)
+        (scaler.scale(loss) / len(micro_batches)).backward()
+        losses.append(loss.detach())
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return torch.stack(losses).mean().item()
+''',
+                "weights by the micro-batch's share of the rows": '''
+def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_norm):
+    n = sum(len(x) for x, _ in micro_batches)
+    for p in model.parameters():
+        p.grad = None
+    total = 0.0
+    for x, y in micro_batches:
+        with torch.autocast(x.device.type, torch.float16):
+            loss = loss_fn(model(x), y) * (len(x) / n)
+        scaler.scale(loss).backward()
+        total += loss.item()
+    scaler.unscale_(optimizer)
+    nn.utils.clip_grad_norm_(list(model.parameters()), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return total
+''',
+                "clip_grad_norm_ over the optimizer's params, one autocast for the loop": '''
+def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_norm):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    total = 0.0
+    with torch.autocast(micro_batches[0][0].device.type, dtype=torch.float16):
+        for x, y in micro_batches:
+            loss = loss_fn(model(x), y) / k
+            scaler.scale(loss).backward()
+            total += loss.item()
+    scaler.unscale_(optimizer)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    nn.utils.clip_grad_norm_(params, max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return total
+''',
             },
             "wrong": {
                 "no autocast (fp32 through the scaler)": amp_step(autocast="contextlib.nullcontext()").replace(
-                    "def amp_step", "import contextlib\n\ndef amp_step"),
+                    "def amp_accumulation_step", "import contextlib\n\ndef amp_accumulation_step"),
                 "bf16 instead of fp16": amp_step(autocast="torch.autocast(x.device.type, dtype=torch.bfloat16)"),
                 "optimizer.step() directly: overflowing steps are not skipped": amp_step(step="optimizer.step()"),
                 "autocast on cuda while x is on the CPU": amp_step(autocast='torch.autocast("cuda", dtype=torch.float16)'),
                 "clips the scaled gradients": amp_step(clip="nn.utils.clip_grad_norm_(model.parameters(), max_norm)"),
+                "clips the scaled gradients, then unscales": amp_step(
+                    clip="nn.utils.clip_grad_norm_(model.parameters(), max_norm); scaler.unscale_(optimizer)"),
+                "no 1/k: the sum of the micro-batch gradients": amp_step(backward="scaler.scale(loss).backward()"),
+                "divides by the rows instead of k": amp_step(backward="scaler.scale(loss / len(x)).backward()"),
                 "never updates the scale": amp_step(update="pass"),
                 "no zero_grad": amp_step().replace("    optimizer.zero_grad()\n", ""),
-                "returns the loss tensor": amp_step(result="loss"),
+                "zero_grad inside the loop: only the last micro-batch counts": amp_step().replace(
+                    "    optimizer.zero_grad()\n", "").replace("        with ", "        optimizer.zero_grad()\n        with ", 1),
+                "returns the loss tensor": amp_step(result="torch.tensor(losses).mean()"),
+                "returns the last micro-batch's loss": amp_step(result="losses[-1]"),
+                "returns the sum of the losses": amp_step(result="sum(losses)"),
+                "unscale_ and clip per micro-batch": amp_step(
+                    backward="scaler.scale(loss / k).backward(); " + RIGHT_STEP["clip"], clip="pass"),
+                "a whole AMP step per micro-batch": amp_step(
+                    backward="scaler.scale(loss / k).backward(); " + "; ".join(RIGHT_STEP[key] for key in ("clip", "step", "update")),
+                    clip="pass", step="pass", update="pass"),
+                "one step per micro-batch, the scale updated once": amp_step(
+                    backward="scaler.scale(loss / k).backward(); " + RIGHT_STEP["clip"] + "; scaler.step(optimizer); optimizer.zero_grad()",
+                    clip="pass", step="pass"),
+                "concatenates the micro-batches (no accumulation)": '''
+def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_norm):
+    x = torch.cat([x for x, _ in micro_batches])
+    y = torch.cat([y for _, y in micro_batches])
+    return training.step(model, optimizer, x, y, loss_fn, autocast_dtype=torch.float16, scaler=scaler,
+                         max_grad_norm=max_norm).item()
+''',
+                "sums the losses, one backward: every graph alive at once": '''
+def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_norm):
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = sum(loss_fn(model(x), y) for x, y in micro_batches) / len(micro_batches)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+''',
+                "retain_graph=True keeps every micro-batch's activations": amp_step(
+                    backward="scaler.scale(loss / k).backward(retain_graph=True); kept = loss"),
             },
         },
     },
