@@ -346,3 +346,28 @@ def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_
         },
     },
 }
+
+QUIZ_RIGHT = {"q1": "fp16", "q2": "bf16", "q3": "bf16", "q4": "fp16", "q5": "bf16"}
+
+
+def _quiz(**changes):
+    return f"quiz = {{**QUIZ_RIGHT, **{changes!r}}}".replace("QUIZ_RIGHT", repr(QUIZ_RIGHT))
+
+
+ANSWERS["03-amp"]["quiz"] = {
+    "right": {
+        "written out": "quiz = " + repr(QUIZ_RIGHT),
+        "built with dict()": 'quiz = dict(q5="bf16", q4="fp16", q3="bf16", q2="bf16", q1="fp16")',
+        "filled in one by one": "quiz = {}\n" + "".join(f"quiz[{q!r}] = {a!r}\n" for q, a in QUIZ_RIGHT.items()),
+    },
+    "wrong": {
+        "bf16 on a T4": _quiz(q1="bf16"),
+        "fp16 without a scale to manage": _quiz(q2="fp16"),
+        "fp16 for values past 100 000": _quiz(q3="fp16"),
+        "bf16 for 3 significant digits": _quiz(q4="bf16"),
+        "fp16 on an AMX CPU": _quiz(q5="fp16"),
+        "upper case": "quiz = " + repr({q: a.upper() for q, a in QUIZ_RIGHT.items()}),
+        "torch dtypes instead of names": "quiz = {q: {'fp16': torch.float16, 'bf16': torch.bfloat16}[a] for q, a in "
+                                         + repr(QUIZ_RIGHT) + ".items()}",
+    },
+}
