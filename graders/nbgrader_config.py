@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from graders.execute import CrashSafeExecute  # noqa: E402
-from graders.redact import RedactHiddenTests  # noqa: E402
+from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
@@ -52,9 +52,11 @@ if os.environ.get("GRADER_SANDBOX") == "1":
     c.KernelManager.transport = "ipc"
     c.KernelManager.ip = os.environ["GRADER_IPC_PREFIX"]
 
-# Feedback: nbgrader shows hidden tests by default. Remove them and their tracebacks.
+# Feedback: nbgrader shows hidden tests by default. Remove them and all their output, and anything a
+# browser would run or render as markup.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     RedactHiddenTests,
+    SanitizeOutputs,
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

@@ -1,8 +1,21 @@
-"""Feedback without hidden tests: their code, and anything their failures would print, is removed."""
+"""Feedback that carries nothing of the hidden tests and runs nothing a student wrote.
 
-from nbgrader.preprocessors import ClearHiddenTests
+* A cell with hidden tests keeps its visible code, but none of its outputs: anything it printed (a
+  student's hook can print every cell's source), its error's class and message, are replaced by one
+  line saying whether the cell's tests passed.
+* Outputs that a browser would run or render as markup (HTML, JavaScript, SVG, Markdown, LaTeX) are
+  replaced by their plain-text form, and raw HTML in Markdown cells is shown as text.
+"""
 
-NOTICE = "Hidden tests ran here. Their code and tracebacks are not shown."
+import re
+
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
+
+NOTICE = "Hidden tests ran here. Their code and output are not shown."
+SAFE_DATA = ("text/plain", "image/png", "image/jpeg")
+CODE_SPANS = re.compile(r"(`+[^`]*`+)")  # shown as written by Markdown already
+TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
 class RedactHiddenTests(ClearHiddenTests):
@@ -10,13 +23,19 @@ class RedactHiddenTests(ClearHiddenTests):
         had_hidden = self.begin_test_delimeter in cell.source
         cell, resources = super().preprocess_cell(cell, resources, cell_index)
         if had_hidden:
+            failed = any(out.get("output_type") == "error" for out in cell.get("outputs", []))
+            verdict = "A test in this cell failed." if failed else "The tests in this cell passed."
             cell.source = cell.source.rstrip() + f"\n# {NOTICE}"
-            cell.outputs = [_redacted(out) for out in cell.get("outputs", [])]
+            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=f"{verdict} {NOTICE}\n")]
         return cell, resources
 
 
-def _redacted(output):
-    if output.get("output_type") == "error":
-        output["traceback"] = [f"{output.get('ename', 'Error')}: a test in this cell failed. {NOTICE}"]
-        output["evalue"] = ""
-    return output
+class SanitizeOutputs(NbGraderPreprocessor):
+    def preprocess_cell(self, cell, resources, cell_index):
+        if cell.cell_type == "markdown":
+            parts = CODE_SPANS.split(cell.source)
+            cell.source = "".join(part if i % 2 else TAG_START.sub("&lt;", part) for i, part in enumerate(parts))
+        for output in cell.get("outputs", []):
+            if "data" in output:
+                output["data"] = {kind: value for kind, value in output["data"].items() if kind in SAFE_DATA}
+        return cell, resources

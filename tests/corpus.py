@@ -6,6 +6,7 @@ the points per exercise, the status, and for attacks what must *not* have happen
 
 from __future__ import annotations
 
+import html
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,33 @@ def _links_did_nothing(root, ctx):
     assert (root / "gradebook.db").read_bytes()[:15] == b"SQLite format 3"
 
 
+# A hook prints every cell's source as it runs (hidden tests included), and a cell displays HTML with a
+# script: the feedback must show neither the hidden tests nor run the script.
+LEAKS = '''from IPython.display import HTML, display
+get_ipython().events.register("pre_run_cell", lambda info: print("SOURCE", info.raw_cell))
+display(HTML("<script>alert('from a student')</script><b>bold</b>"))
+'''
+
+
+def _leaks_into_feedback(nb, ctx):
+    _cell(nb, "split_sizes").source = LEAKS + _cell(nb, "split_sizes").source
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell("<script>alert('from markdown')</script> notes"))
+
+
+def _hidden_lines(repo):
+    cells = [c.source for c in _solution(repo).cells]
+    public = {line.strip() for s in cells for line in s.split("### BEGIN HIDDEN TESTS")[0].splitlines()}
+    regions = [s.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0] for s in cells if "BEGIN HIDDEN" in s]
+    return [line.strip() for r in regions for line in r.splitlines() if len(line.strip()) > 15 and line.strip() not in public]
+
+
+def _feedback_shows_nothing_hidden(root, ctx):
+    page = (root / "feedback" / "leaks" / LESSON / f"{LESSON}.html").read_text()
+    assert "<script>alert" not in page, "a student's script reached the feedback page"
+    hidden = _hidden_lines(ctx["repo"])
+    assert hidden and not [line for line in hidden if line in page or html.escape(line) in page], "a hidden test leaked"
+
+
 STEAL = '''import glob, sqlite3
 for _pattern in ["{repo}/solutions/*/*.ipynb", "{root}/solutions/*/*.ipynb", "{root}/submitted/*/*/*.ipynb",
                  "{root}/gradebook.db", "/root/.local/share/jupyter/runtime/*.json"]:
@@ -211,4 +239,5 @@ CASES = [
     Case("notebook_is_a_folder", _folder_named_like_the_notebook, ZERO, status="not graded: the notebook is not a regular file"),
     Case("lone_surrogate", _lone_surrogate, FULL),
     Case("links_out", edit("quiz", LINKS_OUT), FULL, check=_links_did_nothing),
+    Case("leaks", notebook(_leaks_into_feedback), FULL, check=_feedback_shows_nothing_hidden),
 ]
