@@ -191,10 +191,14 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
                        GRADER_SANDBOX_UID=str(uid),
                        GRADER_HIDE=os.pathsep.join({str(root), str(REPO), str(REPO.parent)}),
                        GRADER_READONLY=str(REPO / "helpers"))
+        deadline = start + submission_timeout  # one cap for all the retries together
         while True:
             env["GRADER_SKIP_CELLS"] = ",".join(map(str, skipped))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return Result(student, lesson, "not graded: " + TIMED_OUT, time.monotonic() - start)
             proc = nbgrader(root, "autograde", lesson, f"--student={student}", "--create", "--force",
-                            timeout=submission_timeout, env=env)
+                            timeout=left, env=env)
             graded = root / "autograded" / student / lesson / f"{lesson}.ipynb"
             if proc.returncode == 0 and graded.is_file():
                 break

@@ -183,3 +183,30 @@ def test_feedback_hides_the_hidden_tests(graded, lesson):
         assert visible in lines, "visible tests stay visible"
         for line in hidden:
             assert line not in lines, line
+
+
+def test_retries_share_one_time_limit(tmp_path, monkeypatch):
+    """A submission that crashes again and again (each crash costs a regrade) must not hold its job for
+    several submission time limits: the limit covers all the retries together."""
+    import subprocess
+    import time
+
+    (tmp_path / "solutions").mkdir()
+    shutil.copytree(REPO / "solutions" / LESSON, tmp_path / "solutions" / LESSON)
+    folder = tmp_path / "submitted" / "crasher" / LESSON
+    folder.mkdir(parents=True)
+    shutil.copy(REPO / "solutions" / LESSON / f"{LESSON}.ipynb", folder)
+    timeouts = []
+
+    def crashing_nbgrader(root, *args, timeout=None, env=None):
+        timeouts.append(timeout)
+        time.sleep(0.4)
+        Path(env["GRADER_PROGRESS_FILE"]).write_text(str(len(timeouts)))  # a new cell dies every time
+        return subprocess.CompletedProcess(args, 1, "", "DeadKernelError: Kernel died")
+
+    monkeypatch.setattr(pipeline, "nbgrader", crashing_nbgrader)
+    start = time.monotonic()
+    result = pipeline._grade_one(tmp_path, "crasher", LESSON, cell_timeout=10, submission_timeout=1, spec_dir=None)
+    assert time.monotonic() - start < 2, "the retries ran past the submission's time limit"
+    assert result.status.startswith("not graded") and len(timeouts) <= 3
+    assert all(later < earlier for earlier, later in zip(timeouts, timeouts[1:]))
