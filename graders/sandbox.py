@@ -19,6 +19,11 @@ import sys
 import tempfile
 
 HIDDEN = ("/root", "/home", "/tmp", "/var/tmp", "/srv", "/mnt", "/media", "/run/user")
+# The only variables the kernel inherits from the grader (whose environment may hold an instructor's secrets);
+# HOME, TMPDIR and MPLCONFIGDIR are the jail's own.
+ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
+            "NVIDIA_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS", "PJRT_DEVICE", "COURSE_XLA_CPU_DEVICES")
+TMPFS_BYTES = ("GRADER_TMPFS_BYTES", str(2 * 2**30))  # each of /tmp, /var/tmp, /dev/shm: memory a student could fill
 LIMITS = {  # prlimit option -> environment variable, default
     "--as": ("GRADER_MEMORY_BYTES", str(16 * 2**30)),  # torch needs >= 8 GiB of address space
     "--nproc": ("GRADER_MAX_PROCESSES", "512"),
@@ -63,9 +68,10 @@ def command(connection_file: str, workdir: str) -> list[str]:
     keep_readonly = [sys.base_prefix, sys.prefix] + [p for p in os.environ.get("GRADER_READONLY", "").split(os.pathsep) if p]
     hide = list(HIDDEN) + [p for p in os.environ.get("GRADER_HIDE", "").split(os.pathsep) if p]
     hide = sorted({os.path.abspath(p) for p in hide if p != "/" and os.path.isdir(p)}, key=len)  # parents first
-    mounts = ["--ro-bind", "/", "/", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    size = ["--size", os.environ.get(*TMPFS_BYTES)]
+    mounts = ["--ro-bind", "/", "/", "--dev", "/dev", "--perms", "1777", *size, "--tmpfs", "/dev/shm", "--proc", "/proc"]
     for path in hide:
-        mounts += (["--perms", "1777"] if path in ("/tmp", "/var/tmp") else []) + ["--tmpfs", path]
+        mounts += (["--perms", "1777", *size] if path in ("/tmp", "/var/tmp") else []) + ["--tmpfs", path]
     for name, line in (("passwd", f"grader:x:{uid}:{gid}:grading sandbox:{workdir}:/usr/sbin/nologin\n"),
                        ("group", f"grader:x:{gid}:\n"),
                        ("hosts", "::1 localhost\n::ffff:127.0.0.1 localhost\n")):  # no DNS in here: loopback by file
@@ -82,8 +88,8 @@ def command(connection_file: str, workdir: str) -> list[str]:
         "prlimit", *limits, "--",
         "bwrap", *mounts, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
         "--die-with-parent", "--new-session", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--chdir", workdir,
+        "--clearenv", *[arg for name in ENV_KEEP if name in os.environ for arg in ("--setenv", name, os.environ[name])],
         "--setenv", "HOME", workdir, "--setenv", "TMPDIR", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp",
-        "--unsetenv", "JPY_PARENT_PID",  # a pid from outside the sandbox's pid namespace; --die-with-parent does its job
         "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
         "--bounding-set=-all", "--",
         sys.executable, "-m", "ipykernel_launcher", "-f", private,

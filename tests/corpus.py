@@ -176,6 +176,16 @@ def _feedback_shows_nothing_hidden(root, ctx):
     assert hidden and not [line for line in hidden if line in page or html.escape(line) in page], "a hidden test leaked"
 
 
+ENVIRONMENT = '''import os
+print(dict(os.environ))
+'''
+
+
+def _environment_stays_outside(root, ctx):
+    graded = (root / "autograded" / "environment" / LESSON / f"{LESSON}.ipynb").read_text()
+    assert "PATH" in graded and ctx["env_secret"] not in graded, "the grader's environment reached the student's code"
+
+
 STEAL = '''import glob, sqlite3
 for _pattern in ["{repo}/solutions/*/*.ipynb", "{root}/solutions/*/*.ipynb", "{root}/submitted/*/*/*.ipynb",
                  "{root}/gradebook.db", "/root/.local/share/jupyter/runtime/*.json"]:
@@ -240,4 +250,5 @@ CASES = [
     Case("lone_surrogate", _lone_surrogate, FULL),
     Case("links_out", edit("quiz", LINKS_OUT), FULL, check=_links_did_nothing),
     Case("leaks", notebook(_leaks_into_feedback), FULL, check=_feedback_shows_nothing_hidden),
+    Case("environment", edit("quiz", ENVIRONMENT), FULL, check=_environment_stays_outside),
 ]

@@ -1,6 +1,7 @@
 """Grading survives broken and hostile submissions, and none of the attacks works (the sandbox)."""
 
 import csv
+import os
 import json
 import shutil
 import socket
@@ -55,10 +56,11 @@ def graded(tmp_path_factory):
     secret = host_tmp / "secret.txt"  # a root-only file outside the course
     secret.write_text("TOPSECRET")
     secret.chmod(0o600)
+    os.environ["INSTRUCTOR_TOKEN"] = "token-only-the-instructor-has"  # must not reach the jail
     shutil.copytree(REPO / "solutions", root / "solutions")
     listener = Listener()
     ctx = {"repo": REPO, "root": root, "host_tmp": host_tmp, "host_tmp_name": host_tmp.name, "port": listener.port,
-           "secret": secret}
+           "secret": secret, "env_secret": os.environ["INSTRUCTOR_TOKEN"]}
     for case in CASES:
         folder = root / "submitted" / case.name / LESSON
         folder.mkdir(parents=True)
