@@ -34,6 +34,8 @@ CONFIG = Path(__file__).resolve().parent / "nbgrader_config"  # nbgrader appends
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 MAX_CRASHES = 5
 SANDBOX_UID_BASE = 61000  # unprivileged uids with no account: one per parallel grading job
+UID_BLOCK = 64  # uids of one grading run: concurrent runs (two `make grade`s) take different blocks
+UID_BLOCKS = 64
 KERNEL_DIED = "the kernel died"
 KERNEL_HUNG = "a cell hung and the kernel stopped answering"
 TIMED_OUT = "the submission ran past its time limit"
@@ -103,9 +105,12 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
                 results.append(Result(student, lesson, "not graded: the submission is a symbolic link"))
             elif folder.is_dir():
                 tasks.append((student, lesson))
+    if jobs > UID_BLOCK:
+        raise ValueError(f"jobs must be at most {UID_BLOCK}, got {jobs}")
+    block, block_lock = _uid_block()
     slots = queue.Queue()  # one sandbox uid per parallel job
     for slot in range(max(1, jobs)):
-        slots.put(SANDBOX_UID_BASE + slot)
+        slots.put(SANDBOX_UID_BASE + block * UID_BLOCK + slot)
 
     def run(task):
         uid = slots.get()
@@ -118,12 +123,31 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
         finally:
             slots.put(uid)
 
-    with tempfile.TemporaryDirectory(prefix="grader-") as scratch:
-        spec_dir = sandbox.kernelspec(scratch) if sandboxed else None
-        with ThreadPoolExecutor(max(1, jobs)) as pool:
-            results += pool.map(run, tasks)
+    try:
+        with tempfile.TemporaryDirectory(prefix="grader-") as scratch:
+            spec_dir = sandbox.kernelspec(scratch) if sandboxed else None
+            with ThreadPoolExecutor(max(1, jobs)) as pool:
+                results += pool.map(run, tasks)
+    finally:
+        block_lock.close()
     write_grades_csv(root, results)
     return results
+
+
+def _uid_block():
+    """A block of sandbox uids no other grading run on this machine holds (an flock per block, held
+    until the run ends), so that two runs never share a uid and its process limit."""
+    import fcntl
+
+    folder = "/run" if os.access("/run", os.W_OK) else tempfile.gettempdir()
+    for block in range(UID_BLOCKS):
+        lock = open(os.path.join(folder, f"course-grader-uids-{block}.lock"), "a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return block, lock
+        except OSError:
+            lock.close()
+    raise RuntimeError(f"all {UID_BLOCKS} blocks of sandbox uids are held by other grading runs")
 
 
 def _prepare(root: Path, student: str, lesson: str) -> str | None:

@@ -210,3 +210,16 @@ def test_retries_share_one_time_limit(tmp_path, monkeypatch):
     assert time.monotonic() - start < 2, "the retries ran past the submission's time limit"
     assert result.status.startswith("not graded") and len(timeouts) <= 3
     assert all(later < earlier for earlier, later in zip(timeouts, timeouts[1:]))
+
+
+def test_concurrent_grading_runs_get_different_sandbox_uids():
+    first, lock1 = pipeline._uid_block()
+    second, lock2 = pipeline._uid_block()
+    try:
+        assert first != second, "two runs at once would share uids (and one's fork bomb the other's process limit)"
+    finally:
+        lock1.close()
+        lock2.close()
+    again, lock3 = pipeline._uid_block()
+    lock3.close()
+    assert again == first, "a finished run gives its uids back"
