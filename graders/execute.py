@@ -17,6 +17,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 
 SKIPPED = "KernelDied"
+MAX_OUTPUT_BYTES = int(os.environ.get("GRADER_MAX_OUTPUT_BYTES", str(2**20)))  # per cell; errors always kept
 STDERR_NOTE = "[written on stderr; warnings do not change the grade]\n"
 
 
@@ -25,6 +26,22 @@ def skipped_cells() -> set[int]:
 
 
 class CrashSafeExecute(Execute):
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep at most MAX_OUTPUT_BYTES of a cell's output (a student can print gigabytes); an error is
+        always kept, or dropping it would turn a failing test into a passing one."""
+        used = getattr(self, "_output_bytes", {})
+        self._output_bytes = used
+        if msg["msg_type"] != "error":
+            size = _content_bytes(msg["content"])
+            if used.get(cell_index, 0) + size > MAX_OUTPUT_BYTES:
+                if used.get(cell_index, 0) <= MAX_OUTPUT_BYTES:
+                    outs.append(NotebookNode(output_type="stream", name="stdout",
+                                             text=f"[more than {MAX_OUTPUT_BYTES} bytes of output: the rest was dropped]\n"))
+                    used[cell_index] = MAX_OUTPUT_BYTES + 1
+                return None
+            used[cell_index] = used.get(cell_index, 0) + size
+        return super().output(outs, msg, display_id, cell_index)
+
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "code" and index in skipped_cells():
             cell.outputs = [NotebookNode(output_type="error", ename=SKIPPED, evalue="",
@@ -45,3 +62,8 @@ def stderr_to_stdout(cell) -> None:
         if output.get("output_type") == "stream" and output.get("name") == "stderr":
             output["name"] = "stdout"
             output["text"] = STDERR_NOTE + output.get("text", "")
+
+
+def _content_bytes(content) -> int:
+    parts = [content.get("text", "")] + [str(v) for v in content.get("data", {}).values()]
+    return sum(len(p) for p in parts)

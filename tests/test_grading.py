@@ -223,3 +223,27 @@ def test_concurrent_grading_runs_get_different_sandbox_uids():
     again, lock3 = pipeline._uid_block()
     lock3.close()
     assert again == first, "a finished run gives its uids back"
+
+
+def test_output_is_capped_in_bytes_but_errors_always_kept(monkeypatch):
+    """A 100 MB line passed nbgrader's line limit; a cap must never drop the error that fails a test."""
+    from graders import execute
+
+    monkeypatch.setattr(execute, "MAX_OUTPUT_BYTES", 1000)
+    runner = execute.CrashSafeExecute()
+    runner.reset_execution_trackers()  # what nbclient does before a notebook, and before a cell
+    runner.clear_before_next_output = False
+    outs = []
+
+    def message(msg_type, **content):
+        return {"msg_type": msg_type, "content": content, "header": {"msg_type": msg_type},
+                "parent_header": {"msg_id": "m"}, "metadata": {}}
+
+    for _ in range(5):
+        runner.output(outs, message("stream", name="stdout", text="x" * 400), None, 7)
+    runner.output(outs, message("error", ename="AssertionError", evalue="wrong", traceback=["AssertionError: wrong"]), None, 7)
+    texts = [o.get("text", "") for o in outs if o.output_type == "stream"]
+    assert sum(len(t) for t in texts if t.startswith("x")) <= 1000 and any("dropped" in t for t in texts)
+    assert outs[-1].output_type == "error", "the failing test's error must stay"
+    runner.output(outs, message("stream", name="stdout", text="fits"), None, 8)  # another cell has its own budget
+    assert outs[-1].text == "fits"
