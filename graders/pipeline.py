@@ -212,9 +212,7 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
         env = {"GRADER_CELL_TIMEOUT": str(cell_timeout), "GRADER_PROGRESS_FILE": progress.name}
         if spec_dir:
             env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=spec_dir,
-                       GRADER_SANDBOX_UID=str(uid),
-                       GRADER_HIDE=os.pathsep.join({str(root), str(REPO), str(REPO.parent)}),
-                       GRADER_READONLY=str(REPO / "helpers"))
+                       GRADER_SANDBOX_UID=str(uid), GRADER_READONLY=str(REPO / "helpers"))
         deadline = start + submission_timeout  # one cap for all the retries together
         while True:
             env["GRADER_SKIP_CELLS"] = ",".join(map(str, skipped))

@@ -2,9 +2,9 @@
 
 jupyter_client starts this script (kernelspec "course-sandbox") as the kernel, in the
 submission's autograded folder. It hands the connection file to the sandbox and replaces itself
-with:  prlimit (memory, processes, file size, CPU time) -> bwrap (read-only system, private /tmp,
-no network, the course and home folders hidden, only a fresh working folder and the kernel's socket
-folder writable) -> setpriv (drop to the sandbox user, no capabilities) -> python -m ipykernel_launcher.
+with:  prlimit (memory, processes, file size, CPU time) -> bwrap (an allow-list of read-only folders:
+the system's, Python's, the venv and the course's helpers; private size-capped /tmp; no network; only a
+fresh working folder and the kernel's socket folder writable; a clean environment) -> setpriv (drop to the sandbox user, no capabilities) -> python -m ipykernel_launcher.
 
 Settings come from the environment the grading pipeline sets (GRADER_*; see graders/pipeline.py).
 """
@@ -18,7 +18,7 @@ import shutil
 import sys
 import tempfile
 
-HIDDEN = ("/root", "/home", "/tmp", "/var/tmp", "/srv", "/mnt", "/media", "/run/user")
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")  # read-only inside
 # The only variables the kernel inherits from the grader (whose environment may hold an instructor's secrets);
 # HOME, TMPDIR and MPLCONFIGDIR are the jail's own.
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
@@ -66,20 +66,25 @@ def command(connection_file: str, workdir: str) -> list[str]:
     chown_tree(ipc_dir, uid, gid)
 
     keep_readonly = [sys.base_prefix, sys.prefix] + [p for p in os.environ.get("GRADER_READONLY", "").split(os.pathsep) if p]
-    hide = list(HIDDEN) + [p for p in os.environ.get("GRADER_HIDE", "").split(os.pathsep) if p]
-    hide = sorted({os.path.abspath(p) for p in hide if p != "/" and os.path.isdir(p)}, key=len)  # parents first
     size = ["--size", os.environ.get(*TMPFS_BYTES)]
-    mounts = ["--ro-bind", "/", "/", "--dev", "/dev", "--perms", "1777", *size, "--tmpfs", "/dev/shm", "--proc", "/proc"]
-    for path in hide:
-        mounts += (["--perms", "1777", *size] if path in ("/tmp", "/var/tmp") else []) + ["--tmpfs", path]
+    mounts = []
+    for path in SYSTEM:  # an allow-list: nothing else of the machine (homes, /srv, /opt, /var, /run) exists inside
+        if os.path.islink(path):
+            mounts += ["--symlink", os.readlink(path), path]  # merged /usr: /bin -> usr/bin
+        elif os.path.isdir(path):
+            mounts += ["--ro-bind", path, path]
+    mounts += ["--dev", "/dev", "--proc", "/proc"]
+    for path in ("/tmp", "/var/tmp", "/dev/shm"):
+        mounts += ["--perms", "1777", *size, "--tmpfs", path]
     for name, line in (("passwd", f"grader:x:{uid}:{gid}:grading sandbox:{workdir}:/usr/sbin/nologin\n"),
                        ("group", f"grader:x:{gid}:\n"),
                        ("hosts", "::1 localhost\n::ffff:127.0.0.1 localhost\n")):  # no DNS in here: loopback by file
         mounts += ["--ro-bind", _with_entry(name, line, uid), f"/etc/{name}"]  # getpass/pwd must know the uid
     binds = [("--ro-bind", p, p) for p in keep_readonly if os.path.exists(p)]
     binds += [("--bind", ipc_dir, ipc_dir), ("--bind", scratch, workdir)]
+    made: set[str] = set()
     for kind, source, target in binds:
-        mounts += _traversable_parents(os.path.abspath(target), hide) + [kind, source, target]
+        mounts += _traversable_parents(os.path.abspath(target), made) + [kind, source, target]
 
     limits = [f"{option}={os.environ.get(var, default)}" for option, (var, default) in LIMITS.items()]
     # bwrap runs as root to see what it mounts (pyenv's Python lives under /root), creates no user
@@ -106,16 +111,16 @@ def _with_entry(name: str, line: str, uid: int) -> str:
     return path
 
 
-def _traversable_parents(path: str, hidden: list[str]) -> list[str]:
-    """bwrap makes missing mount points mode 0700; inside a hidden (tmpfs) tree, make the folders
-    leading to a bound path 0755 so the sandbox user can reach it."""
-    args, parent = [], os.path.dirname(path)
-    parents = []
+def _traversable_parents(path: str, made: set[str]) -> list[str]:
+    """bwrap makes missing mount points mode 0700; make the folders leading to a bound path (outside the
+    system folders) 0755 so the sandbox user can reach it."""
+    args, parents, parent = [], [], os.path.dirname(path)
     while parent not in ("/", ""):
         parents.append(parent)
         parent = os.path.dirname(parent)
     for folder in reversed(parents):
-        if any(folder.startswith(h + "/") for h in hidden):
+        if folder not in made and not any(folder == s or folder.startswith(s + "/") for s in SYSTEM):
+            made.add(folder)
             args += ["--perms", "0755", "--dir", folder]
     return args
 

@@ -176,6 +176,20 @@ def _feedback_shows_nothing_hidden(root, ctx):
     assert hidden and not [line for line in hidden if line in page or html.escape(line) in page], "a hidden test leaked"
 
 
+# A world-readable file elsewhere on the machine (another course's checkout, a service's data): outside the
+# jail's allow-list, so it does not exist in there.
+ELSEWHERE = '''try:
+    print(open("{elsewhere}").read())
+except OSError as _error:
+    print("blocked", type(_error).__name__)
+'''
+
+
+def _nothing_from_elsewhere(root, ctx):
+    graded = (root / "autograded" / "elsewhere" / LESSON / f"{LESSON}.ipynb").read_text()
+    assert "blocked" in graded and "ELSEWHERE-CONTENT" not in graded
+
+
 ENVIRONMENT = '''import os
 print(dict(os.environ))
 '''
@@ -251,4 +265,5 @@ CASES = [
     Case("links_out", edit("quiz", LINKS_OUT), FULL, check=_links_did_nothing),
     Case("leaks", notebook(_leaks_into_feedback), FULL, check=_feedback_shows_nothing_hidden),
     Case("environment", edit("quiz", ENVIRONMENT), FULL, check=_environment_stays_outside),
+    Case("elsewhere", edit("quiz", ELSEWHERE), FULL, check=_nothing_from_elsewhere),
 ]

@@ -57,10 +57,14 @@ def graded(tmp_path_factory):
     secret.write_text("TOPSECRET")
     secret.chmod(0o600)
     os.environ["INSTRUCTOR_TOKEN"] = "token-only-the-instructor-has"  # must not reach the jail
+    elsewhere = Path(tempfile.mkdtemp(prefix="course-canary-", dir="/var/lib" if os.access("/var/lib", os.W_OK) else None))
+    (elsewhere / "data.txt").write_text("ELSEWHERE-CONTENT")
+    elsewhere.chmod(0o755)
+    (elsewhere / "data.txt").chmod(0o644)  # readable by anyone: only the jail's view of the machine protects it
     shutil.copytree(REPO / "solutions", root / "solutions")
     listener = Listener()
     ctx = {"repo": REPO, "root": root, "host_tmp": host_tmp, "host_tmp_name": host_tmp.name, "port": listener.port,
-           "secret": secret, "env_secret": os.environ["INSTRUCTOR_TOKEN"]}
+           "secret": secret, "env_secret": os.environ["INSTRUCTOR_TOKEN"], "elsewhere": elsewhere / "data.txt"}
     for case in CASES:
         folder = root / "submitted" / case.name / LESSON
         folder.mkdir(parents=True)
@@ -73,6 +77,7 @@ def graded(tmp_path_factory):
         rows = {row["student"]: row for row in csv.DictReader(f)}
     yield root, {r.student: r for r in results}, rows, ctx, listener
     shutil.rmtree(host_tmp, ignore_errors=True)
+    shutil.rmtree(elsewhere, ignore_errors=True)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
