@@ -138,8 +138,8 @@ def test_a_warning_on_stderr_costs_nothing(graded, lesson):
     _, results, rows = graded
     assert results["warnings", lesson].status == "graded"
     assert _points(rows["warnings", lesson], lesson) == POINTS[lesson]
-    feedback = (graded[0] / "feedback" / "warnings" / lesson / f"{lesson}.html").read_text()
-    assert "warnings do not change the grade" in feedback
+    graded_notebook = (graded[0] / "autograded" / "warnings" / lesson / f"{lesson}.ipynb").read_text()
+    assert "warnings do not change the grade" in graded_notebook, "the warning stays visible to the instructor"
 
 
 def test_syntax_error_costs_only_that_exercise(graded):
