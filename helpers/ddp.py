@@ -484,14 +484,22 @@ def checkpoint_problem(ranks: list, cfg: TrainConfig) -> str | None:
     keys = list(cfg.model().state_dict())
     for r in ranks:
         loaded = r["loaded"]
-        if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
-            return f"the checkpoint holds a {type(loaded).__name__}, not a state dict of tensors"
-        if list(loaded) != keys:
-            if list(loaded) == [checkpoints.PREFIX + k for k in keys]:
-                return "the checkpoint's keys start with 'module.': a plain model cannot load it (save the model inside DDP)"
-            return "the checkpoint's keys are not the model's state dict keys"
+        problem = _state_dict_problem(loaded, keys, "what the checkpoint holds", "a plain model cannot load it (save the model inside DDP)")
+        if problem:
+            return problem
         if not same_state(loaded, r["trained"]):
             return f"rank {r['rank']} loaded weights that differ from the trained ones"
+    return None
+
+
+def _state_dict_problem(state, keys: list, what: str, prefix_hint: str) -> str | None:
+    """What is wrong with `state` as a state dict with exactly `keys` (None when nothing is)."""
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        return f"{what} is a {type(state).__name__}, not a state dict of tensors"
+    if list(state) != keys:
+        if list(state) == [checkpoints.PREFIX + k for k in keys]:
+            return f"the keys of {what} start with 'module.': {prefix_hint}"
+        return f"the keys of {what} are not the model's state dict keys"
     return None
 
 
@@ -524,13 +532,9 @@ def worker_problem(ranks: list, cfg: TrainConfig, world_size: int) -> str | None
         return "return a dict with the keys 'state' and 'mean_loss'"
     keys = list(cfg.model().state_dict())
     for r in ranks:
-        state = r["state"]
-        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-            return f"'state' is a {type(state).__name__}, not a state dict"
-        if list(state) != keys:
-            if list(state) == [checkpoints.PREFIX + k for k in keys]:
-                return "the state dict's keys start with 'module.': return the clean state dict of the model inside DDP"
-            return "the state dict's keys are not the model's"
+        problem = _state_dict_problem(r["state"], keys, "the returned 'state'", "return the clean state dict of the model inside DDP")
+        if problem:
+            return problem
     if not all(same_state(r["state"], ranks[0]["state"], atol=0) for r in ranks):
         return "the ranks end with different weights: are the gradients averaged (the model wrapped in DDP)?"
     reference = reference_train(cfg, world_size)

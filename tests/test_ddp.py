@@ -46,13 +46,7 @@ def save_without_barrier(model, path):
         torch.save(model.module.state_dict(), path)
 
 
-def accumulate_never_clearing(model, optimizer, batches, loss_fn):
-    with model.no_sync():
-        for x, y in batches[:-1]:
-            (loss_fn(model(x), y) / len(batches)).backward()
-    x, y = batches[-1]
-    (loss_fn(model(x), y) / len(batches)).backward()
-    optimizer.step()
+accumulate_never_clearing = accumulate_with_no_sync  # steps, but leaves the gradients for the next step
 
 
 def accumulate_and_clear(model, optimizer, batches, loss_fn):
