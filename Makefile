@@ -28,6 +28,8 @@ sandbox:
 		echo "bubblewrap is missing: install it (apt-get install bubblewrap) or grade with UNSANDBOXED=1" >&2
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
+	@echo "Setting up $(VENV)/ (torch with CUDA, torch_xla, Jupyter, nbgrader): the first time downloads several GB"
+	@echo "and takes about 5 minutes; later runs reinstall only when the requirements change."
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -c requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
