@@ -1,13 +1,18 @@
 """The course's own code, made reusable: every notebook imports it instead of copying it.
 
 One module per concept:
-  hardware      what devices this machine has, in one printable summary
+  hardware      what this machine has (cores, GPUs, TPU chips, Colab/Kaggle/local), in one printable summary
   data, models  small deterministic datasets and models shared by all lessons
   dataparallel  nn.DataParallel, real on >= 2 GPUs and faithfully emulated on CPU
   memory        per-device memory ledgers (emulated) and CUDA peaks (measured)
   checkpoints   clean state dicts that load into wrapped and unwrapped models
   training      a plain training loop with a progress bar
   plotting      the lessons' figures
+  launch, ddp   one process per device (lesson 2); ddp_scripts: the torchrun script series
+  amp           mixed precision tables, GradScaler runs, activation bytes (lesson 3)
+  accel, xla, lightning_demo   Accelerate, torch_xla and Lightning (lesson 4)
+  fresh         a function in a fresh Python process (XLA settings, fork-based launchers)
+  hw_check      `make hw-check`: the lessons and their key figures on this machine
 """
 
 __version__ = "0.1.0"
