@@ -21,6 +21,20 @@ def positive_number(name: str, value) -> float:
     return value
 
 
+def boolean(name: str, value) -> bool:
+    if value not in (True, False):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def str_dict(name: str, value) -> dict:
+    """A dict of str to str, such as environment variables; None is an empty one."""
+    value = {} if value is None else value
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ValueError(f"{name} must be a dict of str to str, got {value!r}")
+    return value
+
+
 def low_precision_dtype(name: str, value, allow_none: bool = True):
     """torch.float16 or torch.bfloat16 (or None, meaning fp32, when `allow_none`)."""
     import torch

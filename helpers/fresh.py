@@ -19,14 +19,13 @@ import traceback
 
 import cloudpickle
 
-from ._validate import positive_int, positive_number
+from ._validate import boolean, positive_int, positive_number, str_dict
 
 
 def run(fn, *args, env: dict | None = None, timeout_s: float = 300, with_log: bool = False, **kwargs):
     """`fn(*args, **kwargs)` in a fresh process (with `env` added to this one's environment).
     With `with_log=True`: `(result, what the process wrote on stderr)`."""
-    if with_log not in (True, False):
-        raise ValueError(f"with_log must be True or False, got {with_log!r}")
+    boolean("with_log", with_log)
     children = _Children()
     try:
         value, log = _run(fn, args, kwargs, env, timeout_s, children)
@@ -84,9 +83,7 @@ def _run(fn, args, kwargs, env, timeout_s: float, children: _Children):
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
     positive_number("timeout_s", timeout_s)
-    env = {} if env is None else env
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise ValueError(f"env must be a dict of str to str, got {env!r}")
+    env = str_dict("env", env)
     with tempfile.TemporaryDirectory() as folder:
         job, result = os.path.join(folder, "job.pkl"), os.path.join(folder, "result.pkl")
         with open(job, "wb") as f:

@@ -80,10 +80,6 @@ class Hardware:
         return len(self.gpus)
 
     @property
-    def cuda_devices(self) -> list[str]:
-        return [g.name for g in self.gpus]
-
-    @property
     def tpu_present(self) -> bool:
         return self.tpu is not None
 

@@ -34,7 +34,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from ._validate import positive_int, positive_number
+from ._validate import positive_int, positive_number, str_dict
 from .hardware import cpu_cores
 
 STOP_GRACE_S = 3.0
@@ -94,9 +94,7 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
         raise ValueError(f"worker must be callable, got {type(worker).__name__}")
     if not isinstance(args, tuple):
         raise ValueError(f"args must be a tuple, got {type(args).__name__}")
-    env = {} if env is None else env
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise ValueError(f"env must be a dict of str to str, got {env!r}")
+    env = str_dict("env", env)
     positive_number("timeout_s", timeout_s)
     p = plan(n_procs, backend)
     payload = cloudpickle.dumps((worker, args))

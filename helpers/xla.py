@@ -13,7 +13,7 @@ import importlib.util
 import time
 
 from . import fresh, hardware
-from ._validate import one_of, positive_int
+from ._validate import boolean, one_of, positive_int
 
 MISSING = ("torch_xla is not installed here. It ships wheels for Linux x86-64 only (not macOS or Windows): "
            "the XLA part of this lesson needs Linux, Colab, Kaggle or a TPU VM. Everything else still runs.")
@@ -27,19 +27,13 @@ def available() -> bool:
     return importlib.util.find_spec("torch_xla") is not None
 
 
-def device_count() -> int:
-    """XLA devices the experiments run on: the TPU's devices, or the virtual CPU devices."""
-    return hardware.detect().xla_devices()
-
-
 def environment(n_devices: int | None = None, virtual: bool = False) -> dict[str, str]:
     """PJRT settings: the TPU when present (unless `virtual`), else `n_devices` virtual CPU devices
     (default: `hardware.virtual_xla_devices()`). `virtual=True` gives a shape the TPU does not have,
     e.g. 4 devices on a one-chip TPU v5e-1."""
     if n_devices is not None:
         positive_int("n_devices", n_devices)
-    if virtual not in (True, False):
-        raise ValueError(f"virtual must be True or False, got {virtual!r}")
+    boolean("virtual", virtual)
     if hardware.tpu_present() and not virtual:
         return {"PJRT_DEVICE": "TPU"}
     return {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(n_devices or hardware.virtual_xla_devices())}
