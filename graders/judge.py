@@ -1,0 +1,176 @@
+"""The judge: scores hidden tests in a process that never runs student code.
+
+    python -m graders.judge SOLUTION.ipynb GRADED.ipynb VERDICTS.json
+    python -m graders.judge --check SOLUTION.ipynb     (run it as the grader would, then judge it)
+
+A hidden-test block of the instructor's source is split by two marker lines (helpers/grading.py):
+
+    ### BEGIN HIDDEN TESTS
+    <setup: hidden inputs>          runs in the student's kernel and here
+    # [collect]
+    <calls the student's code>      runs only in the student's kernel; ends with _got = grading.collect(...)
+    # [judge]
+    <asserts on _got>               runs only here (and in the kernel of `make test`, on the solutions)
+    ### END HIDDEN TESTS
+
+The grading kernel never sees the judge part (graders/execute.py strips it), so it cannot learn the
+expected answers either. Here, the judge part runs on the data decoded from the graded notebook's
+collection output, in a namespace made from the instructor's cells tagged "prelude" (the imports),
+the setup part and `_got`. Verdicts per grade cell: passed, a message, and flags when the kernel was
+tampered with (its own report of changed hooks, a collection that never arrived although the cell
+reported no error, several collections for one cell).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import traceback
+
+import nbformat
+
+from helpers import grading
+
+BEGIN, END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+COLLECT, JUDGE = "# [collect]", "# [judge]"
+PRELUDE_TAG = "prelude"
+
+
+def split(source: str) -> dict | None:
+    """The parts of a cell with a judged hidden block: visible, setup, collect, judge; None without one."""
+    if BEGIN not in source or END not in source:
+        return None
+    visible, rest = source.split(BEGIN, 1)
+    hidden, after = rest.split(END, 1)
+    lines = hidden.split("\n")
+    marks = [i for i, line in enumerate(lines) if line.strip() in (COLLECT, JUDGE)]
+    if [lines[i].strip() for i in marks] != [COLLECT, JUDGE]:
+        return None
+    c, j = marks
+    return {"visible": visible, "setup": "\n".join(lines[:c]), "collect": "\n".join(lines[c + 1:j]),
+            "judge": "\n".join(lines[j + 1:]), "after": after}
+
+
+def for_kernel(source: str) -> str:
+    """The cell as the grading kernel runs it: without the judge part."""
+    parts = split(source)
+    if parts is None:
+        return source
+    return (parts["visible"] + BEGIN + "\n" + parts["setup"] + "\n" + COLLECT + "\n" + parts["collect"].rstrip()
+            + "\n" + END + parts["after"])
+
+
+def judged_cells(solution) -> dict[str, dict]:
+    """grade_id -> parts, for each grade cell of the instructor's notebook with a judged hidden block."""
+    cells = {}
+    for cell in solution.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade") and (parts := split(cell.source)):
+            cells[meta["grade_id"]] = parts
+    return cells
+
+
+def prelude(solution) -> dict:
+    namespace = {"__name__": "__judge__"}
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        for cell in solution.cells:
+            if cell.cell_type == "code" and PRELUDE_TAG in cell.metadata.get("tags", []):
+                exec(compile(cell.source, "<prelude>", "exec"), namespace)
+    return namespace
+
+
+def collections(cell) -> tuple[list[dict], list[str]]:
+    found, problems = [], []
+    for output in cell.get("outputs", []):
+        text = output.get("data", {}).get(grading.MIME) if output.get("output_type") in ("display_data", "execute_result") else None
+        if text is None:
+            continue
+        try:
+            found.append(grading.loads("".join(text) if isinstance(text, list) else text))
+        except Exception as error:  # noqa: BLE001 - anything unreadable is the submission's problem
+            problems.append(f"an unreadable collection ({type(error).__name__})")
+    return found, problems
+
+
+def judge(solution, graded) -> dict:
+    """{"cells": {grade_id: {"passed", "message", "flags"}}, "flags": [...]} for one graded notebook."""
+    base = prelude(solution)
+    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in graded.cells if c.cell_type == "code"}
+    verdicts, flags = {}, []
+    for grade_id, parts in judged_cells(solution).items():
+        cell = by_id.get(grade_id)
+        verdicts[grade_id] = verdict = {"passed": False, "message": "", "flags": []}
+        if cell is None:
+            verdict["message"] = "the cell is missing from the graded notebook"
+            continue
+        found, problems = collections(cell)
+        verdict["flags"] += problems
+        for c in found:
+            verdict["flags"] += [f"{grade_id}: {change}" for change in c["kernel"] if f"{grade_id}: {change}" not in verdict["flags"]]
+        mine = [c for c in found if c["name"] == grade_id]
+        errored = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+        if len(mine) != 1 or len(found) != 1:
+            verdict["message"] = "the hidden tests' results did not arrive" if not mine else "more than one collection"
+            if mine or not errored:  # an honest failure shows its error; silence or extra data is the kernel's doing
+                verdict["flags"].append(f"{grade_id}: {verdict['message']}, although the cell reported no error"
+                                        if not mine else f"{grade_id}: {verdict['message']}")
+            continue
+        namespace = dict(base)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(compile(parts["setup"], f"<{grade_id} setup>", "exec"), namespace)
+                namespace["_got"] = mine[0]["data"]
+                exec(compile(parts["judge"], f"<{grade_id} judge>", "exec"), namespace)
+        except AssertionError as error:
+            verdict["message"] = str(error)[:500] or "an assertion failed"
+        except Exception as error:  # noqa: BLE001 - malformed data fails the test, it does not stop the judge
+            verdict["message"] = f"{type(error).__name__}: {error}"[:500]
+        else:
+            verdict["passed"] = True
+    for v in verdicts.values():
+        flags += v["flags"]
+    return {"cells": verdicts, "flags": sorted(set(flags))}
+
+
+def read_notebook(path: str):
+    """A notebook read without following a symbolic link."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, encoding="utf-8") as f:
+        return nbformat.read(f, as_version=4)
+
+
+def check(solution_path: str, timeout: int = 600) -> dict:
+    """Run the instructor's notebook as the grading kernel would (judge parts stripped), then judge it:
+    what `make test` and a lesson's author use to see that every judged cell passes."""
+    from nbclient import NotebookClient
+
+    solution = nbformat.read(solution_path, as_version=4)
+    run = nbformat.from_dict(json.loads(json.dumps(solution)))
+    for cell in run.cells:
+        if cell.cell_type == "code":
+            cell.source = for_kernel(cell.source)
+    NotebookClient(run, timeout=timeout, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": os.path.dirname(os.path.abspath(solution_path))}}).execute()
+    return judge(solution, run)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--check"]:
+        result = check(argv[1])
+        print(json.dumps(result, indent=1))
+        return 0 if all(v["passed"] for v in result["cells"].values()) and not result["flags"] else 1
+    solution_path, graded_path, out = argv
+    try:
+        result = judge(nbformat.read(solution_path, as_version=4), read_notebook(graded_path))
+    except Exception:  # noqa: BLE001 - reported to the pipeline, which gives the submission a status
+        result = {"error": traceback.format_exc()[-2000:]}
+    with open(out, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
