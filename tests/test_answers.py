@@ -2,8 +2,11 @@
 its exercise's test cell (visible and hidden tests), every wrong one fails it.
 
 The lesson's setup and import cells run once per lesson; each answer then runs in a copy of that namespace,
-followed by the exercise's test cell, in this process (no kernel: a few seconds for a whole lesson).
-How nbgrader turns a cell into points (stderr, errors) is tested by test_grading.py.
+followed by the exercise's test cell split as grading splits it (graders/judge.py): the visible tests, the
+hidden setup and the collect part in the answer's namespace (the kernel's side), then the judge part in a
+namespace of its own made from the prelude cells, the setup and the collected data only (the judge's side).
+All in this process (no kernel: a few seconds for a whole lesson). How nbgrader turns a cell into points
+(stderr, errors) is tested by test_grading.py.
 """
 
 import contextlib
@@ -14,6 +17,7 @@ import pytest
 
 from answers import ANSWERS, CONTEXT
 from conftest import REPO
+from graders import judge
 
 CASES = [(lesson, exercise, kind, name) for lesson, exercises in ANSWERS.items() for exercise, kinds in exercises.items()
          for kind in ("right", "wrong") for name in kinds[kind]]
@@ -41,6 +45,28 @@ def namespaces():
     return get
 
 
+@pytest.fixture(scope="module")
+def judge_namespaces():
+    made = {}
+
+    def get(lesson):
+        if lesson not in made:
+            made[lesson] = judge.prelude(nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4))
+        return dict(made[lesson])
+
+    return get
+
+
+def _run_as_graded(source, namespace, judged):
+    """The kernel's side in `namespace`, then the judge's side in `judged`."""
+    parts = judge.split(source)
+    assert parts is not None, "every graded cell's hidden tests are split into setup, collect and judge"
+    exec(parts["visible"] + "\n" + parts["setup"] + "\n" + parts["collect"], namespace)
+    exec(parts["setup"], judged)
+    judged["_got"] = namespace["_got"]
+    exec(parts["judge"], judged)
+
+
 def _test_cell(lesson, exercise):
     cells = _cells(lesson)
     index = next(i for i, c in enumerate(cells) if c.metadata.get("nbgrader", {}).get("grade_id") == exercise)
@@ -56,12 +82,41 @@ def test_every_exercise_of_the_corpus_has_enough_answers():
 
 
 @pytest.mark.parametrize("lesson, exercise, kind, name", CASES, ids=[f"{l}-{e}-{k}-{n}" for l, e, k, n in CASES])
-def test_answer_is_judged_right(namespaces, lesson, exercise, kind, name):
-    namespace = namespaces(lesson)
+def test_answer_is_judged_right(namespaces, judge_namespaces, lesson, exercise, kind, name):
+    namespace, judged = namespaces(lesson), judge_namespaces(lesson)
     exec(ANSWERS[lesson][exercise][kind][name], namespace)
     with contextlib.redirect_stdout(io.StringIO()):
         if kind == "right":
-            exec(_test_cell(lesson, exercise), namespace)
+            _run_as_graded(_test_cell(lesson, exercise), namespace, judged)
         else:
             with pytest.raises(Exception):
-                exec(_test_cell(lesson, exercise), namespace)
+                _run_as_graded(_test_cell(lesson, exercise), namespace, judged)
+
+
+def test_wrong_answers_fail_in_the_judge(namespaces, judge_namespaces):
+    """A wrong answer must fail where a student cannot reach: in the judge, not only in the kernel's visible
+    asserts. Every wrong answer whose collect part runs must be rejected by the judge part."""
+    rejected_by_judge = 0
+    for lesson, exercises in ANSWERS.items():
+        if lesson != "01-dataparallel":
+            continue
+        for exercise, kinds in exercises.items():
+            parts = judge.split(_test_cell(lesson, exercise))
+            for name, answer in kinds["wrong"].items():
+                namespace, judged = namespaces(lesson), judge_namespaces(lesson)
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec(answer, namespace)
+                    try:  # the visible part's definitions, without letting its asserts decide
+                        exec(parts["visible"], namespace)
+                    except Exception:  # noqa: BLE001
+                        pass
+                    try:
+                        exec(parts["setup"] + "\n" + parts["collect"], namespace)
+                    except Exception:  # the answer crashed on hidden inputs: no data, no points
+                        continue
+                    exec(parts["setup"], judged)
+                    judged["_got"] = namespace["_got"]
+                    with pytest.raises(Exception):
+                        exec(parts["judge"], judged)
+                    rejected_by_judge += 1
+    assert rejected_by_judge >= 20
