@@ -9,12 +9,24 @@ cell runs as usual in a fresh kernel.
 nbgrader scores a test cell 0 when anything reached stderr during it: a correct answer that merely
 warned (numpy's overflow warning, a FutureWarning of a deprecated spelling) lost its points. Here what a
 test cell wrote on stderr is kept, marked, on stdout: the grade depends on the tests alone.
+
+Before the kernel starts, PrepareCells removes every hidden test's judge part (graders/judge.py: the
+kernel never sees the expected answers) and puts a canary cell after each graded cell and at the end:
+it prints one random token and raises an error with another. After the run, CheckCanaries takes them out
+again and writes to GRADER_CANARY_FILE which of them did not come back as an honest kernel returns them:
+a kernel whose hooks, exception handlers or execution a submission changed swallows, rewrites or forges
+them, and the pipeline flags the submission.
 """
 
+import json
 import os
+import secrets
 
 from nbformat.notebooknode import NotebookNode
-from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+
+from graders import judge
+from helpers import grading
 
 SKIPPED = "KernelDied"
 MAX_OUTPUT_BYTES = int(os.environ.get("GRADER_MAX_OUTPUT_BYTES", str(2**20)))  # per cell; errors always kept
@@ -31,7 +43,11 @@ class CrashSafeExecute(Execute):
         always kept, or dropping it would turn a failing test into a passing one."""
         used = getattr(self, "_output_bytes", {})
         self._output_bytes = used
-        if msg["msg_type"] != "error":
+        collected = msg["content"].get("data", {}).get(grading.MIME)
+        if collected is not None:  # the hidden tests' data: a cap of its own, not counted with the printing
+            if len(collected) > grading.MAX_BYTES:
+                return None
+        elif msg["msg_type"] != "error":
             size = _content_bytes(msg["content"])
             if used.get(cell_index, 0) + size > MAX_OUTPUT_BYTES:
                 if used.get(cell_index, 0) <= MAX_OUTPUT_BYTES:
@@ -67,3 +83,65 @@ def stderr_to_stdout(cell) -> None:
 def _content_bytes(content) -> int:
     parts = [content.get("text", "")] + [str(v) for v in content.get("data", {}).values()]
     return sum(len(p) for p in parts)
+
+
+CANARY = "grader_canary"
+
+
+class PrepareCells(NbGraderPreprocessor):
+    def preprocess(self, nb, resources):
+        cells = []
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.source = judge.for_kernel(cell.source)
+            cells.append(cell)
+            if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code":
+                cells.append(_canary())
+        cells.append(_canary())
+        nb.cells = cells
+        return nb, resources
+
+
+def _canary():
+    printed, raised = secrets.token_hex(8), secrets.token_hex(8)
+    cell = NotebookNode(cell_type="code", source=f"print('{printed}')\nraise AssertionError('{raised}')",
+                        metadata=NotebookNode({CANARY: {"printed": printed, "raised": raised}}),
+                        outputs=[], execution_count=None)
+    cell["id"] = "canary-" + printed
+    return cell
+
+
+class CheckCanaries(NbGraderPreprocessor):
+    def preprocess(self, nb, resources):
+        problems, kept = [], []
+        for index, cell in enumerate(nb.cells):
+            expected = cell.metadata.get(CANARY)
+            if expected is None:
+                kept.append(cell)
+                continue
+            if index in skipped_cells():
+                continue  # it never ran: the kernel died before
+            problem = canary_problem(cell.get("outputs", []), expected)
+            if problem and problem not in problems:
+                problems.append(problem)
+        nb.cells = kept
+        path = os.environ.get("GRADER_CANARY_FILE")
+        if path:
+            with open(path, "w") as f:
+                json.dump(problems, f)
+        return nb, resources
+
+
+def canary_problem(outputs, expected) -> str | None:
+    """Why a canary's outputs are not what an unchanged kernel gives back, or None."""
+    printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stdout")
+    errors = [o for o in outputs if o.get("output_type") == "error"]
+    if not errors:
+        return "the kernel swallowed an error the grader raised on purpose"
+    if (errors[-1].get("ename"), errors[-1].get("evalue")) != ("AssertionError", expected["raised"]):
+        return "the kernel rewrote an error the grader raised on purpose"
+    if expected["printed"] + "\n" not in printed:
+        return "the kernel hid what a grader's cell printed"
+    if any(o.get("output_type") == "execute_result" for o in outputs):
+        return "the kernel forged a result for a grader's cell"
+    return None

@@ -14,7 +14,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from graders.execute import CrashSafeExecute  # noqa: E402
+from graders.execute import CheckCanaries, CrashSafeExecute, PrepareCells  # noqa: E402
 from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
@@ -34,9 +34,12 @@ c.OverwriteCells.add_missing_cells = True
 c.Execute.timeout = int(os.environ.get("GRADER_CELL_TIMEOUT", "300"))
 c.Execute.interrupt_on_timeout = True
 
-# A kernel crash costs the cell that caused it, not the submission (graders/execute.py).
+# A kernel crash costs the cell that caused it, not the submission; the kernel never sees the hidden tests'
+# judge parts; canary cells show whether the submission changed how its kernel runs cells (graders/execute.py).
 c.Autograde.autograde_preprocessors = [
+    PrepareCells,
     CrashSafeExecute,
+    CheckCanaries,
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

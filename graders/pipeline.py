@@ -7,6 +7,11 @@
 nbgrader process, its code in the bubblewrap sandbox of graders/sandbox.py. A kernel crash costs
 the cell that caused it (the submission is graded again with that cell skipped); a hang costs the
 cell that hangs; nothing stops the batch. `--jobs N` grades N submissions at a time.
+
+The hidden tests' verdicts come from graders/judge.py, a process that never runs student code, on the
+data the student's kernel collected: a cell scores its points only if the kernel ran it without error
+and the judge passed it. A submission whose kernel was tampered with (graders/execute.py's canaries,
+the judge's findings) is flagged in grades.csv with the reasons.
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import json
 import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +54,7 @@ class Result:
     lesson: str
     status: str  # "graded" (with notes), or why there is no grade
     seconds: float = 0.0
+    flags: tuple[str, ...] = ()  # how the submission changed its kernel, if it did
 
 
 def lessons(root: Path) -> list[str]:
@@ -116,7 +124,7 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
         uid = slots.get()
         start = time.monotonic()
         try:
-            return _grade_one(root, *task, cell_timeout, submission_timeout, spec_dir, uid)
+            return _grade_one(root, *task, cell_timeout, submission_timeout, spec_dir, uid, memo)
         except Exception as error:  # one submission never stops the batch
             return Result(*task, f"not graded: the grader failed on it ({type(error).__name__}: {error})"[:300],
                           time.monotonic() - start)
@@ -126,6 +134,8 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
     try:
         with tempfile.TemporaryDirectory(prefix="grader-") as scratch:
             spec_dir = sandbox.kernelspec(scratch) if sandboxed else None
+            memo = os.path.join(scratch, "judge-memo")  # the judge's references, shared by the run's submissions
+            os.makedirs(memo, mode=0o700)
             with ThreadPoolExecutor(max(1, jobs)) as pool:
                 results += pool.map(run, tasks)
     finally:
@@ -200,16 +210,19 @@ def _restore_metadata(submission, source) -> bool:
 
 
 def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submission_timeout: int,
-               spec_dir: str | None, uid: int = 0) -> Result:
+               spec_dir: str | None, uid: int = 0, memo: str | None = None) -> Result:
     start = time.monotonic()
     problem = _prepare(root, student, lesson)
     if problem:
         return Result(student, lesson, problem, time.monotonic() - start)
     skipped: dict[int, str] = {}  # cell index -> what it did to the kernel
     busy_retries = 2
-    with tempfile.TemporaryDirectory(prefix="g-", dir="/tmp") as ipc, tempfile.NamedTemporaryFile() as progress:
+    with tempfile.TemporaryDirectory(prefix="g-", dir="/tmp") as ipc, tempfile.NamedTemporaryFile() as progress, \
+            tempfile.TemporaryDirectory(prefix="judge-") as private:
         os.chmod(ipc, 0o700)
-        env = {"GRADER_CELL_TIMEOUT": str(cell_timeout), "GRADER_PROGRESS_FILE": progress.name}
+        canaries, verdicts = os.path.join(private, "canaries.json"), os.path.join(private, "verdicts.json")
+        env = {"GRADER_CELL_TIMEOUT": str(cell_timeout), "GRADER_PROGRESS_FILE": progress.name,
+               "GRADER_CANARY_FILE": canaries}
         if spec_dir:
             env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=spec_dir,
                        GRADER_SANDBOX_UID=str(uid), GRADER_READONLY=str(REPO / "helpers"))
@@ -233,13 +246,66 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
             if not crashed or cell is None or cell in skipped or len(skipped) >= MAX_CRASHES:
                 return Result(student, lesson, "not graded: " + reason, time.monotonic() - start)
             skipped[cell] = reason
-    feedback = nbgrader(root, "generate_feedback", lesson, f"--student={student}", "--force", timeout=600)
+        left = deadline - time.monotonic()
+        verdict = _judge(root, student, lesson, verdicts, memo, max(60.0, left))
+        if "error" in verdict:
+            return Result(student, lesson, "not graded: the judge failed: " + verdict["error"].strip().splitlines()[-1][:200],
+                          time.monotonic() - start)
+        _apply_verdicts(root, student, lesson, verdict)
+        flags = tuple(verdict["flags"]) + tuple(_read_json(canaries) or ())
+        feedback = nbgrader(root, "generate_feedback", lesson, f"--student={student}", "--force", timeout=600,
+                            env={"GRADER_VERDICTS_FILE": verdicts})
     status = "graded"
     if skipped:
         status += " (" + "; ".join(f"cell {cell} skipped: {why}" for cell, why in skipped.items()) + ")"
     if feedback.returncode != 0:
         status += " (feedback failed)"
-    return Result(student, lesson, status, time.monotonic() - start)
+    return Result(student, lesson, status, time.monotonic() - start, flags)
+
+
+def _judge(root: Path, student: str, lesson: str, out: str, memo: str | None, timeout: float) -> dict:
+    """Run graders/judge.py on the graded notebook (written by nbgrader, in a folder the jail never had)."""
+    solution = root / "solutions" / lesson / f"{lesson}.ipynb"
+    graded = root / "autograded" / student / lesson / f"{lesson}.ipynb"
+    env = {**os.environ, "GRADER_JUDGE_MEMO": memo or ""}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "graders.judge", str(solution), str(graded), out], cwd=REPO,
+                              env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"it ran past {timeout:.0f} s"}
+    return _read_json(out) or {"error": f"it exited with {proc.returncode}: {proc.stderr[-500:]}"}
+
+
+def _read_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+_GRADEBOOK = threading.Lock()  # the pipeline's own writes to the gradebook, one at a time
+
+
+def _apply_verdicts(root: Path, student: str, lesson: str, verdict: dict) -> None:
+    """A judged cell keeps the points the kernel's run gave it only if the judge passed it too."""
+    from nbgrader.api import Gradebook
+
+    failed = [cell for cell, v in verdict["cells"].items() if not v["passed"]]
+    if not failed:
+        return
+    for attempt in range(10):
+        try:
+            with _GRADEBOOK, Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+                for cell in failed:
+                    gb.find_grade(cell, lesson, lesson, student).auto_score = 0.0
+                gb.db.commit()
+            return
+        except Exception as error:  # noqa: BLE001 - another job's nbgrader held the database: try again
+            if "locked" not in str(error) or attempt == 9:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 def _read_int(path: str) -> int | None:
@@ -290,12 +356,12 @@ def write_grades_csv(root: Path, results: list[Result]) -> Path:
     cells = [f"{lesson}:{cell}" for lesson, by_cell in lesson_cells.items() for cell in by_cell]
     with open(path, "w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["student", "lesson", "status", "score", "max_score", "seconds", *cells])
+        out.writerow(["student", "lesson", "status", "flags", "score", "max_score", "seconds", *cells])
         for r in results:
             maximum = lesson_cells.get(r.lesson, {})
             got = scores(root, r.student, r.lesson) if r.status.startswith("graded") else None
             per_cell = {f"{r.lesson}:{k}": v for k, v in (got or dict.fromkeys(maximum, 0.0)).items()}
-            out.writerow([r.student, r.lesson, r.status, sum(per_cell.values()), sum(maximum.values()),
+            out.writerow([r.student, r.lesson, r.status, "; ".join(r.flags), sum(per_cell.values()), sum(maximum.values()),
                           round(r.seconds, 1), *[per_cell.get(c, "") for c in cells]])
     return path
 
