@@ -176,3 +176,51 @@ def amp_worker(rank: int, world_size: int, dtype_name: str, steps: int = 20) -> 
 def quiet_fp16_cpu_warnings():
     """Silence the one-time notice some CPU kernels give for fp16."""
     warnings.filterwarnings("ignore", message=".*fp16.*CPU.*")
+
+
+def accumulation_batches(k: int, rows: int, steps: int = 5, seed: int = 0, bad=()) -> list[list[tuple]]:
+    """The batches of lesson 3's accumulation exercise: for each step, k micro-batches (x, y) of `rows` rows,
+    cut in turn from one regression set (256 rows, 16 features, 2 targets). `bad` = {step: micro-batch}: that
+    micro-batch's first row holds an inf, so the step's gradients are not finite."""
+    from . import data
+
+    positive_int("k", k)
+    positive_int("rows", rows)
+    positive_int("steps", steps)
+    if k * rows >= 256:
+        raise ValueError(f"k * rows must be below 256, got {k} * {rows}")
+    bad = dict(bad)
+    x, y = data.regression(256, 16, 2, seed=seed).tensors
+    batches = []
+    for i in range(steps):
+        start = i * 8 % (256 - k * rows)
+        xb, yb = x[start:start + k * rows].clone(), y[start:start + k * rows]
+        if i in bad:
+            xb[bad[i] * rows, 0] = float("inf")
+        batches.append(list(zip(xb.split(rows), yb.split(rows))))
+    return batches
+
+
+def accumulation_reference(k: int, rows: int, max_norm: float, steps: int = 5, seed: int = 0, lr: float = 0.05, bad=(),
+                           init_scale: float = 2.0**16, growth_interval: int = 2000) -> list[dict]:
+    """The reference run of lesson 3's accumulation exercise: an MLP(16, 32, 2) seeded with `seed`, SGD with `lr`,
+    one `training.step` per step (fp16 autocast, a CPU GradScaler, clipping to `max_norm` after unscale_) on that
+    step's micro-batches (accumulation_batches) concatenated. Per step: "start", the weights it started from (a
+    state dict); "loss"; "scale", the scale after the step; "moved", how the parameters moved (one flat tensor)."""
+    from . import models
+
+    positive_number("max_norm", max_norm)
+    positive_number("lr", lr)
+    model = models.seeded(models.MLP, seed, in_features=16, hidden=32, out_features=2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
+    trajectory = []
+    for micro in accumulation_batches(k, rows, steps, seed, bad):
+        x, y = torch.cat([xb for xb, _ in micro]), torch.cat([yb for _, yb in micro])
+        start = {name: t.detach().clone() for name, t in model.state_dict().items()}
+        before = [p.detach().clone() for p in model.parameters()]
+        loss = training.step(model, optimizer, x, y, F.mse_loss, autocast_dtype=torch.float16, scaler=scaler,
+                             max_grad_norm=max_norm).item()
+        moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
+        trajectory.append({"start": start, "loss": loss, "scale": scaler.get_scale(), "moved": moved})
+    return trajectory
