@@ -34,7 +34,7 @@ from pathlib import Path
 
 import nbformat
 
-from graders import sandbox
+from graders import limits, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = Path(__file__).resolve().parent / "nbgrader_config"  # nbgrader appends ".py"
@@ -116,15 +116,22 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
     if jobs > UID_BLOCK:
         raise ValueError(f"jobs must be at most {UID_BLOCK}, got {jobs}")
     block, block_lock = _uid_block()
-    slots = queue.Queue()  # one sandbox uid per parallel job
+    slots = queue.Queue()  # one sandbox uid and one set of cgroups per parallel job
+    groups = {}
     for slot in range(max(1, jobs)):
-        slots.put(SANDBOX_UID_BASE + block * UID_BLOCK + slot)
+        uid = SANDBOX_UID_BASE + block * UID_BLOCK + slot
+        groups[uid] = limits.JobGroups(f"course-grader-{uid}", limits.default_memory_bytes(jobs),
+                                       int(os.environ.get("GRADER_MAX_PROCESSES", "512"))).create() if sandboxed else None
+        slots.put(uid)
+    if sandboxed:
+        print(groups[uid].describe(), flush=True)
 
     def run(task):
         uid = slots.get()
         start = time.monotonic()
         try:
-            return _grade_one(root, *task, cell_timeout, submission_timeout, spec_dir, uid, memo)
+            return _grade_one(root, *task, cell_timeout, submission_timeout, spec_dir, uid, memo,
+                              groups[uid].env() if groups[uid] else {})
         except Exception as error:  # one submission never stops the batch
             return Result(*task, f"not graded: the grader failed on it ({type(error).__name__}: {error})"[:300],
                           time.monotonic() - start)
@@ -139,6 +146,8 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
             with ThreadPoolExecutor(max(1, jobs)) as pool:
                 results += pool.map(run, tasks)
     finally:
+        for job in filter(None, groups.values()):
+            job.remove()
         block_lock.close()
     write_grades_csv(root, results)
     return results
@@ -210,7 +219,7 @@ def _restore_metadata(submission, source) -> bool:
 
 
 def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submission_timeout: int,
-               spec_dir: str | None, uid: int = 0, memo: str | None = None) -> Result:
+               spec_dir: str | None, uid: int = 0, memo: str | None = None, job_env: dict | None = None) -> Result:
     start = time.monotonic()
     problem = _prepare(root, student, lesson)
     if problem:
@@ -222,7 +231,7 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
         os.chmod(ipc, 0o700)
         canaries, verdicts = os.path.join(private, "canaries.json"), os.path.join(private, "verdicts.json")
         env = {"GRADER_CELL_TIMEOUT": str(cell_timeout), "GRADER_PROGRESS_FILE": progress.name,
-               "GRADER_CANARY_FILE": canaries}
+               "GRADER_CANARY_FILE": canaries, **(job_env or {})}
         if spec_dir:
             env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=spec_dir,
                        GRADER_SANDBOX_UID=str(uid), GRADER_READONLY=str(REPO / "helpers"))

@@ -4,7 +4,7 @@ jupyter_client starts this script (kernelspec "course-sandbox") as the kernel, i
 submission's autograded folder. It hands the connection file to the sandbox and replaces itself
 with:  prlimit (memory, processes, file size, CPU time) -> bwrap (an allow-list of read-only folders:
 the system's, Python's, the venv and the course's helpers; private size-capped /tmp; no network; only a
-fresh working folder and the kernel's socket folder writable; a clean environment) -> setpriv (drop to the sandbox user, no capabilities) -> python -m ipykernel_launcher.
+fresh tmpfs working folder and the kernel's socket folder writable; a clean environment) -> setpriv (drop to the sandbox user, no capabilities) -> python -m ipykernel_launcher.
 
 Settings come from the environment the grading pipeline sets (GRADER_*; see graders/pipeline.py).
 """
@@ -16,7 +16,6 @@ import os
 import pwd
 import shutil
 import sys
-import tempfile
 
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")  # read-only inside
 # The only variables the kernel inherits from the grader (whose environment may hold an instructor's secrets);
@@ -59,10 +58,6 @@ def command(connection_file: str, workdir: str) -> list[str]:
     ipc_dir = os.path.dirname(info["ip"])
     private = os.path.join(ipc_dir, "connection.json")
     shutil.copy(connection_file, private)
-    # The kernel's working folder is a fresh empty one, mounted where nbgrader runs it (the autograded
-    # folder). What the student's code writes or links there never reaches the folder that nbgrader,
-    # as root, writes the graded notebook and the feedback from.
-    scratch = tempfile.mkdtemp(prefix="work-", dir=ipc_dir)
     chown_tree(ipc_dir, uid, gid)
 
     keep_readonly = [sys.base_prefix, sys.prefix] + [p for p in os.environ.get("GRADER_READONLY", "").split(os.pathsep) if p]
@@ -74,17 +69,24 @@ def command(connection_file: str, workdir: str) -> list[str]:
         elif os.path.isdir(path):
             mounts += ["--ro-bind", path, path]
     mounts += ["--dev", "/dev", "--proc", "/proc"]
+    for device in accelerator_devices():  # a GPU or TPU grading machine lends its accelerators to the kernel
+        mounts += ["--dev-bind", device, device]
     for path in ("/tmp", "/var/tmp", "/dev/shm"):
         mounts += ["--perms", "1777", *size, "--tmpfs", path]
+    # The kernel's working folder is a fresh, size-capped tmpfs mounted where nbgrader runs it (the
+    # autograded folder): what the student's code writes or links there never reaches the folder that
+    # nbgrader, as root, writes the graded notebook and the feedback from, nor the machine's disk.
+    workdir_mount = ["--perms", "1777", *size, "--tmpfs", workdir]
     for name, line in (("passwd", f"grader:x:{uid}:{gid}:grading sandbox:{workdir}:/usr/sbin/nologin\n"),
                        ("group", f"grader:x:{gid}:\n"),
                        ("hosts", "::1 localhost\n::ffff:127.0.0.1 localhost\n")):  # no DNS in here: loopback by file
         mounts += ["--ro-bind", _with_entry(name, line, uid), f"/etc/{name}"]  # getpass/pwd must know the uid
     binds = [("--ro-bind", p, p) for p in keep_readonly if os.path.exists(p)]
-    binds += [("--bind", ipc_dir, ipc_dir), ("--bind", scratch, workdir)]
+    binds += [("--bind", ipc_dir, ipc_dir)]
     made: set[str] = set()
     for kind, source, target in binds:
         mounts += _traversable_parents(os.path.abspath(target), made) + [kind, source, target]
+    mounts += _traversable_parents(os.path.abspath(workdir), made) + workdir_mount
 
     limits = [f"{option}={os.environ.get(var, default)}" for option, (var, default) in LIMITS.items()]
     # bwrap runs as root to see what it mounts (pyenv's Python lives under /root), creates no user
@@ -99,6 +101,16 @@ def command(connection_file: str, workdir: str) -> list[str]:
         "--bounding-set=-all", "--",
         sys.executable, "-m", "ipykernel_launcher", "-f", private,
     ]
+
+
+ACCELERATOR_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/accel*", "/dev/vfio/*")
+
+
+def accelerator_devices() -> list[str]:
+    """The GPU (NVIDIA) and TPU (accel, vfio) device nodes of this machine: bwrap's /dev has none of them."""
+    import glob
+
+    return sorted(p for pattern in ACCELERATOR_DEVICES for p in glob.glob(pattern) if not os.path.isdir(p))
 
 
 def _with_entry(name: str, line: str, uid: int) -> str:
@@ -126,6 +138,10 @@ def _traversable_parents(path: str, made: set[str]) -> list[str]:
 
 
 def main() -> None:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from graders import limits
+
+    limits.join()  # the job's cgroups (CPU share, memory with tmpfs, processes), before the jail starts
     cmd = command(sys.argv[1], os.getcwd())
     os.execvp(cmd[0], cmd)
 
