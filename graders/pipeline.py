@@ -46,6 +46,8 @@ UID_BLOCKS = 64
 KERNEL_DIED = "the kernel died"
 KERNEL_HUNG = "a cell hung and the kernel stopped answering"
 TIMED_OUT = "the submission ran past its time limit"
+STALLED = "the grading run stalled"
+STALL_GRACE = 120  # seconds past the cell timeout after which a cell that has not ended is a dead or hung kernel
 
 
 @dataclass
@@ -62,15 +64,60 @@ def lessons(root: Path) -> list[str]:
     return sorted(d.name for d in (root / "solutions").iterdir() if (d / f"{d.name}.ipynb").is_file())
 
 
-def nbgrader(root: Path, *args: str, timeout: float | None = None, env: dict | None = None):
+def nbgrader(root: Path, *args: str, timeout: float | None = None, env: dict | None = None,
+             stalled_after: float | None = None):
     exe = Path(sys.executable).with_name("nbgrader")
     full_env = {**os.environ, **(env or {})}
     full_env["PATH"] = f"{exe.parent}{os.pathsep}{full_env.get('PATH', '')}"  # nbgrader runs `alembic` from PATH
     cmd = [str(exe), *args, f"--JupyterApp.config_file={CONFIG}", f"--CourseDirectory.root={root}"]
+    return run_watched(cmd, root, full_env, timeout, full_env.get("GRADER_PROGRESS_FILE"), stalled_after)
+
+
+def run_watched(cmd, cwd, env, timeout, progress: str | None = None, stalled_after: float | None = None):
+    """subprocess.run, with a watchdog: when the progress file (rewritten before each cell) has not changed
+    for `stalled_after` seconds, the kernel died or hung without nbclient noticing (its cell timeout did not
+    end the cell): the run is stopped and reported as STALLED, so that the pipeline skips that cell instead
+    of letting the submission run out its whole time limit."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        outputs = {}
+        readers = [threading.Thread(target=lambda name, stream: outputs.__setitem__(name, stream.read()),
+                                    args=(name, stream), daemon=True) for name, stream in (("out", proc.stdout), ("err", proc.stderr))]
+        for reader in readers:
+            reader.start()
+        why = None
+        while proc.poll() is None:
+            now = time.monotonic()
+            if deadline is not None and now > deadline:
+                why = f"timed out after {timeout} s"
+            elif stalled_after and progress and time.time() - _mtime(progress) > stalled_after:
+                why = f"{STALLED}: no cell finished for {stalled_after:.0f} s"
+            if why:
+                _kill_group(proc)
+                break
+            time.sleep(0.2)
+        proc.wait()
+        for reader in readers:
+            reader.join(timeout=10)
+    stderr = outputs.get("err", "") + (f"\n{why}" if why else "")
+    return subprocess.CompletedProcess(cmd, -1 if why else proc.returncode, outputs.get("out", ""), stderr)
+
+
+def _mtime(path: str) -> float:
     try:
-        return subprocess.run(cmd, cwd=root, env=full_env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as err:
-        return subprocess.CompletedProcess(cmd, returncode=-1, stdout="", stderr=f"timed out after {err.timeout} s")
+        return os.stat(path).st_mtime
+    except OSError:
+        return time.time()
+
+
+def _kill_group(proc) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # nbgrader and the kernel launcher it started
+    except OSError:
+        proc.kill()
 
 
 def _check(proc, what: str) -> None:
@@ -241,8 +288,9 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
             left = deadline - time.monotonic()
             if left <= 0:
                 return Result(student, lesson, "not graded: " + TIMED_OUT, time.monotonic() - start)
+            Path(progress.name).touch()  # the watchdog counts from now
             proc = nbgrader(root, "autograde", lesson, f"--student={student}", "--create", "--force",
-                            timeout=left, env=env)
+                            timeout=left, env=env, stalled_after=cell_timeout + STALL_GRACE)
             graded = root / "autograded" / student / lesson / f"{lesson}.ipynb"
             if proc.returncode == 0 and graded.is_file():
                 break
@@ -326,6 +374,8 @@ def _read_int(path: str) -> int | None:
 
 def _reason(proc) -> str:
     text = proc.stdout + proc.stderr
+    if STALLED in text:
+        return KERNEL_HUNG
     if "timed out after" in text:
         return TIMED_OUT
     if "DeadKernelError" in text or "Kernel died" in text or "kernel died" in text:

@@ -198,7 +198,7 @@ def test_retries_share_one_time_limit(tmp_path, monkeypatch):
     shutil.copy(REPO / "solutions" / LESSON / f"{LESSON}.ipynb", folder)
     timeouts = []
 
-    def crashing_nbgrader(root, *args, timeout=None, env=None):
+    def crashing_nbgrader(root, *args, timeout=None, env=None, **_):
         timeouts.append(timeout)
         time.sleep(0.4)
         Path(env["GRADER_PROGRESS_FILE"]).write_text(str(len(timeouts)))  # a new cell dies every time
@@ -210,6 +210,29 @@ def test_retries_share_one_time_limit(tmp_path, monkeypatch):
     assert time.monotonic() - start < 2, "the retries ran past the submission's time limit"
     assert result.status.startswith("not graded") and len(timeouts) <= 3
     assert all(later < earlier for earlier, later in zip(timeouts, timeouts[1:]))
+
+
+def test_a_kernel_that_dies_unnoticed_costs_its_cell_not_the_submission(tmp_path):
+    """When a kernel dies or hangs in a way nbclient does not notice (its cell never ends), the watchdog stops
+    the run once no cell has finished for a while: the cell is skipped, instead of the submission running out
+    its whole time limit and being reported as too slow."""
+    import sys
+    import time
+
+    progress = tmp_path / "progress"
+    progress.write_text("3")
+    start = time.monotonic()
+    stuck = pipeline.run_watched([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, None, timeout=50,
+                                 progress=str(progress), stalled_after=1.5)
+    assert time.monotonic() - start < 20
+    assert pipeline._reason(stuck) == pipeline.KERNEL_HUNG
+    progress.touch()  # as the pipeline does before each run
+    working = pipeline.run_watched([sys.executable, "-c", f"import pathlib, time\nfor i in range(8):\n"
+                                    f"    pathlib.Path({str(progress)!r}).write_text(str(i)); time.sleep(0.5)\nprint('done')"],
+                                   tmp_path, None, timeout=50, progress=str(progress), stalled_after=1.5)
+    assert working.returncode == 0 and working.stdout.strip() == "done", "cells that keep finishing are never stopped"
+    late = pipeline.run_watched([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, None, timeout=1)
+    assert pipeline._reason(late) == pipeline.TIMED_OUT
 
 
 def test_concurrent_grading_runs_get_different_sandbox_uids():
