@@ -147,3 +147,32 @@ def checkpoint_worker(folder: str) -> dict:
     restored = {k: v.cpu() for k, v in acc.unwrap_model(net).state_dict().items()}
     acc.print(f"saved to {folder}: {sorted(os.listdir(folder))}")  # printed by the main process only
     return {"equal": all(torch.equal(saved[k], restored[k]) for k in saved), "files": sorted(os.listdir(folder))}
+
+
+PROBE = "from accelerate import Accelerator; a = Accelerator(cpu=True); print(a.device, a.distributed_type)"
+
+
+def _steers_device(name: str) -> bool:
+    """A variable that only chooses Accelerate's or torch_xla's device: the only ones the grader passes on from
+    an environment a notebook chose (an allow-list: anything else could make the process load other code)."""
+    return name in ("USE_TORCH_XLA", "PJRT_DEVICE") or (name.startswith("ACCELERATE_") and "PATH" not in name
+                                                         and "FILE" not in name)
+
+
+def accelerator_device(extra_env: dict) -> str:
+    """What `Accelerator(cpu=True)` runs on in a fresh, isolated Python process (`python -I`) with `extra_env`
+    added to this process's environment less USE_TORCH_XLA, as section A6's `accelerate_device` does:
+    "cpu DistributedType.NO", "xla:0 DistributedType.XLA", ... or the last line of the error. For the grader,
+    which runs it on environments a notebook chose: only the variables that choose a device (USE_TORCH_XLA,
+    PJRT_DEVICE, ACCELERATE_*) are passed on; anything else (LD_PRELOAD, PYTHONPATH, ...) is left out."""
+    import subprocess
+    import sys
+
+    from ._validate import str_dict
+
+    str_dict("extra_env", extra_env)
+    env = {k: v for k, v in os.environ.items() if k != "USE_TORCH_XLA"}
+    env.update({k: v for k, v in extra_env.items() if _steers_device(k)})
+    out = subprocess.run([sys.executable, "-I", "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
+    lines = out.stdout.strip().splitlines() or out.stderr.strip().splitlines() or [""]
+    return lines[-1]

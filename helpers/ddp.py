@@ -366,32 +366,92 @@ def loader_problem(make_loader, n_samples: int, world_size: int, batch_size: int
     batches of at most `batch_size`, the same share of ceil(n_samples / world_size) distinct samples
     (as many as DistributedSampler gives), as many batches as DistributedSampler's loader, and every
     sample on some rank. Any order and any padding are accepted."""
+    record = loader_batches(make_loader, n_samples, world_size, batch_size)
+    return loader_batches_problem(record, n_samples, world_size, batch_size)
+
+
+def loader_batches(make_loader, n_samples: int, world_size: int, batch_size: int) -> list[dict]:
+    """What `make_loader(dataset, world_size, rank, batch_size)` yields on `data.indexed(n_samples)`, rank by
+    rank, as plain data for `loader_batches_problem` (a hidden test collects it in the student's kernel and
+    judges it elsewhere). Per rank: {"loader": its type's name, "is_dataloader": bool, "batches": [[the batch's
+    length, [the sample numbers in it]], ...], "not_tensor": None, or the type's name of the first batch that
+    does not hold the dataset's tensors}. The record ends at the first rank whose loader is no DataLoader or
+    yields such a batch."""
     if not callable(make_loader):
         raise ValueError(f"make_loader must be callable, got {type(make_loader).__name__}")
     positive_int("n_samples", n_samples)
     positive_int("world_size", world_size)
     positive_int("batch_size", batch_size)
     dataset = data.indexed(n_samples)
+    record = []
+    for rank in range(world_size):
+        loader = make_loader(dataset, world_size, rank, batch_size)
+        entry = {"loader": type(loader).__name__, "is_dataloader": isinstance(loader, DataLoader), "batches": [],
+                 "not_tensor": None}
+        record.append(entry)
+        if not entry["is_dataloader"]:
+            break
+        for batch in loader:
+            x = batch[0] if isinstance(batch, (list, tuple)) else batch
+            if not isinstance(x, torch.Tensor):
+                entry["not_tensor"] = type(x).__name__
+                break
+            entry["batches"].append([len(x), [int(v) for v in x.flatten()]])
+        if entry["not_tensor"] is not None:
+            break
+    return record
+
+
+def _is_loader_record(record, world_size: int) -> bool:
+    """Whether `record` has the shape `loader_batches` gives for `world_size` ranks."""
+    if type(record) is not list or not 1 <= len(record) <= world_size:
+        return False
+    for i, entry in enumerate(record):
+        if type(entry) is not dict or set(entry) != {"loader", "is_dataloader", "batches", "not_tensor"}:
+            return False
+        if (type(entry["loader"]) is not str or type(entry["is_dataloader"]) is not bool
+                or not (entry["not_tensor"] is None or type(entry["not_tensor"]) is str)
+                or type(entry["batches"]) is not list):
+            return False
+        for batch in entry["batches"]:
+            if (type(batch) is not list or len(batch) != 2 or type(batch[0]) is not int or type(batch[1]) is not list
+                    or not all(type(v) is int for v in batch[1])):
+                return False
+        if not entry["is_dataloader"] and (entry["batches"] or entry["not_tensor"] is not None):
+            return False
+        ends = not entry["is_dataloader"] or entry["not_tensor"] is not None
+        if ends and i < len(record) - 1:  # only the last rank can end the record early
+            return False
+    return len(record) == world_size or ends
+
+
+def loader_batches_problem(record: list, n_samples: int, world_size: int, batch_size: int) -> str | None:
+    """What is wrong with the loaders that `loader_batches(make_loader, n_samples, world_size, batch_size)`
+    recorded (None when nothing is): `loader_problem`'s verdict, from the record alone. Raises ValueError
+    when `record` is not such a record."""
+    positive_int("n_samples", n_samples)
+    positive_int("world_size", world_size)
+    positive_int("batch_size", batch_size)
+    if not _is_loader_record(record, world_size):
+        raise ValueError(f"record must be what loader_batches returns for {world_size} ranks")
+    dataset = data.indexed(n_samples)
     share = len(DistributedSampler(dataset, num_replicas=world_size, rank=0, shuffle=False))
     n_batches = len(DataLoader(dataset, batch_size=batch_size,
                                sampler=DistributedSampler(dataset, num_replicas=world_size, rank=0, shuffle=False)))
     shards = []
-    for rank in range(world_size):
-        loader = make_loader(dataset, world_size, rank, batch_size)
-        if not isinstance(loader, DataLoader):
-            return f"rank {rank}: make_loader returned a {type(loader).__name__}, not a DataLoader"
-        rows, batches = [], 0
-        for batch in loader:
-            x = batch[0] if isinstance(batch, (list, tuple)) else batch
-            if not isinstance(x, torch.Tensor):
-                return f"rank {rank}: a batch holds a {type(x).__name__}, not the dataset's tensors"
-            if len(x) > batch_size:
-                return f"rank {rank}: a batch of {len(x)} samples, more than batch_size={batch_size}"
-            rows += [int(v) for v in x.flatten()]
-            batches += 1
+    for rank, entry in enumerate(record):
+        if not entry["is_dataloader"]:
+            return f"rank {rank}: make_loader returned a {entry['loader']}, not a DataLoader"
+        rows = []
+        for size, values in entry["batches"]:
+            if size > batch_size:
+                return f"rank {rank}: a batch of {size} samples, more than batch_size={batch_size}"
+            rows += values
+        if entry["not_tensor"] is not None:
+            return f"rank {rank}: a batch holds a {entry['not_tensor']}, not the dataset's tensors"
         if len(rows) != len(set(rows)):
             return f"rank {rank} sees a sample twice in one epoch"
-        shards.append((rows, batches))
+        shards.append((rows, len(entry["batches"])))
     counts = [len(rows) for rows, _ in shards]
     if len(set(counts)) > 1:
         return f"the ranks get different numbers of samples ({counts}): their gradients would not weigh alike"

@@ -171,6 +171,26 @@ def spmd_data_parallel(steps: int = 5, batch: int = 64, shard=None, seed: int = 
             "executions": _metric_count("ExecuteReplicatedTime")}
 
 
+def shardings(meshes, shard=None) -> list[str]:
+    """The sharding spec that `shard(tensor, mesh)` gives an (8, 6) batch on each mesh `(shape, axis_names)`
+    of every XLA device, in SPMD mode (by default: split along dim 0 over the "data" axis, as in B4)."""
+    import numpy as np
+    import torch
+    import torch_xla
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    xr.use_spmd()
+    n = xr.global_runtime_device_count()
+    shard = shard or (lambda t, m: xs.mark_sharding(t, m, ("data", None)))
+    specs = []
+    for shape, names in meshes:
+        batch = torch.zeros(8, 6).to(torch_xla.device())
+        shard(batch, xs.Mesh(np.arange(n), tuple(shape), tuple(names)))
+        specs.append(torch_xla._XLAC._get_xla_sharding_spec(batch))
+    return specs
+
+
 def lightning_tpu_trainer() -> dict:
     """Ask Lightning for every device of the TPU (`devices="auto"`): a Trainer on a TPU, Lightning's own error elsewhere."""
     import lightning as L
