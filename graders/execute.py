@@ -12,7 +12,8 @@ test cell wrote on stderr is kept, marked, on stdout: the grade depends on the t
 
 Before the kernel starts, PrepareCells removes every hidden test's judge part (graders/judge.py: the
 kernel never sees the expected answers) and puts a canary cell after each graded cell and at the end:
-it prints one random token and raises an error with another. After the run, CheckCanaries takes them out
+it prints one random token with the kernel's own report of changed hooks (helpers.grading.kernel_changes),
+and raises an error with another. After the run, CheckCanaries takes them out
 again and writes to GRADER_CANARY_FILE which of them did not come back as an honest kernel returns them:
 a kernel whose hooks, exception handlers or execution a submission changed swallows, rewrites or forges
 them, and the pipeline flags the submission.
@@ -86,6 +87,7 @@ def _content_bytes(content) -> int:
 
 
 CANARY = "grader_canary"
+OWN_FUNCTIONS = ("collect", "dumps", "encode", "kernel_changes")  # checked in the canary's own code, too
 
 
 class PrepareCells(NbGraderPreprocessor):
@@ -104,7 +106,12 @@ class PrepareCells(NbGraderPreprocessor):
 
 def _canary():
     printed, raised = secrets.token_hex(8), secrets.token_hex(8)
-    cell = NotebookNode(cell_type="code", source=f"print('{printed}')\nraise AssertionError('{raised}')",
+    source = (f"from helpers import grading as _canary\n"
+              f"print('{printed}', [f'a notebook replaced helpers.grading.{{name}}' for name in {OWN_FUNCTIONS!r}\n"
+              f"       if not getattr(getattr(_canary, name, None), '__code__', None)\n"
+              f"       or not getattr(_canary, name).__code__.co_filename.endswith('grading.py')] + _canary.kernel_changes())\n"
+              f"raise AssertionError('{raised}')")
+    cell = NotebookNode(cell_type="code", source=source,
                         metadata=NotebookNode({CANARY: {"printed": printed, "raised": raised}}),
                         outputs=[], execution_count=None)
     cell["id"] = "canary-" + printed
@@ -121,15 +128,31 @@ class CheckCanaries(NbGraderPreprocessor):
                 continue
             if index in skipped_cells():
                 continue  # it never ran: the kernel died before
-            problem = canary_problem(cell.get("outputs", []), expected)
-            if problem and problem not in problems:
-                problems.append(problem)
+            outputs = cell.get("outputs", [])
+            for problem in [canary_problem(outputs, expected)] + reported_changes(outputs, expected):
+                if problem and problem not in problems:
+                    problems.append(problem)
         nb.cells = kept
         path = os.environ.get("GRADER_CANARY_FILE")
         if path:
             with open(path, "w") as f:
                 json.dump(problems, f)
         return nb, resources
+
+
+def reported_changes(outputs, expected) -> list[str]:
+    """What the kernel said, in a canary cell, about hooks a notebook changed (helpers.grading.kernel_changes)."""
+    import ast
+
+    printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stdout")
+    for line in printed.splitlines():
+        if line.startswith(expected["printed"] + " ["):
+            try:
+                changes = ast.literal_eval(line[len(expected["printed"]) + 1:])
+            except (ValueError, SyntaxError):
+                return ["the kernel's report of its hooks was unreadable"]
+            return [str(c)[:300] for c in changes][:20] if isinstance(changes, list) else []
+    return []
 
 
 def canary_problem(outputs, expected) -> str | None:
@@ -140,7 +163,7 @@ def canary_problem(outputs, expected) -> str | None:
         return "the kernel swallowed an error the grader raised on purpose"
     if (errors[-1].get("ename"), errors[-1].get("evalue")) != ("AssertionError", expected["raised"]):
         return "the kernel rewrote an error the grader raised on purpose"
-    if expected["printed"] + "\n" not in printed:
+    if expected["printed"] + " [" not in printed:
         return "the kernel hid what a grader's cell printed"
     if any(o.get("output_type") == "execute_result" for o in outputs):
         return "the kernel forged a result for a grader's cell"

@@ -109,7 +109,7 @@ def judge(solution, graded) -> dict:
         found, problems = collections(cell)
         verdict["flags"] += problems
         for c in found:
-            verdict["flags"] += [f"{grade_id}: {change}" for change in c["kernel"] if f"{grade_id}: {change}" not in verdict["flags"]]
+            verdict["flags"] += [change for change in c["kernel"] if change not in verdict["flags"]]
         mine = [c for c in found if c["name"] == grade_id]
         errored = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
         if len(mine) != 1 or len(found) != 1:

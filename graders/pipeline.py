@@ -47,7 +47,7 @@ KERNEL_DIED = "the kernel died"
 KERNEL_HUNG = "a cell hung and the kernel stopped answering"
 TIMED_OUT = "the submission ran past its time limit"
 STALLED = "the grading run stalled"
-STALL_GRACE = 120  # seconds past the cell timeout after which a cell that has not ended is a dead or hung kernel
+STALL_GRACE = 30  # seconds past the cell timeout after which a cell that has not ended is a dead or hung kernel
 
 
 @dataclass
@@ -309,7 +309,7 @@ def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submiss
             return Result(student, lesson, "not graded: the judge failed: " + verdict["error"].strip().splitlines()[-1][:200],
                           time.monotonic() - start)
         _apply_verdicts(root, student, lesson, verdict)
-        flags = tuple(verdict["flags"]) + tuple(_read_json(canaries) or ())
+        flags = tuple(dict.fromkeys(verdict["flags"] + (_read_json(canaries) or [])))
         feedback = nbgrader(root, "generate_feedback", lesson, f"--student={student}", "--force", timeout=600,
                             env={"GRADER_VERDICTS_FILE": verdicts})
     status = "graded"

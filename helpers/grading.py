@@ -32,6 +32,7 @@ import math
 import sys
 
 MIME = "text/x-course-collected"
+_type, _isinstance = type, isinstance  # as they were when the lesson imported this module, before any answer ran
 MAX_BYTES = 32 * 2**20  # one collection; more is a test's mistake or an attack
 MAX_DEPTH = 32
 
@@ -55,7 +56,7 @@ def encode(value, _depth: int = 0):
     """`value` as JSON-serialisable data (raises ValueError if it nests deeper than MAX_DEPTH)."""
     if _depth > MAX_DEPTH:
         raise ValueError(f"the value nests deeper than {MAX_DEPTH} levels")
-    kind = type(value)
+    kind = _type(value)
     if value is None or kind in (bool, int):
         return value
     if kind is float:
@@ -75,7 +76,7 @@ def encode(value, _depth: int = 0):
                 "ordered": kind is collections.OrderedDict}
     torch = sys.modules.get("torch")
     if torch is not None:
-        if isinstance(value, torch.Tensor):
+        if _isinstance(value, torch.Tensor):
             return _encode_tensor(torch, value)
         if kind is torch.dtype:
             return {"$dtype": str(value).removeprefix("torch.")}
@@ -214,6 +215,10 @@ def kernel_changes() -> list[str]:
     for attr in ("excepthook", "displayhook"):
         if from_notebook(getattr(sys, attr)):
             found.append(f"a notebook replaced sys.{attr}")
+    ours = sys.modules.get(__name__)
+    for name, code in _OWN_CODE.items():
+        if getattr(getattr(ours, name, None), "__code__", None) is not code:
+            found.append(f"a notebook replaced helpers.grading.{name}")
     return found
 
 
@@ -247,3 +252,7 @@ def outcome(fn, *args, **kwargs):
         return ("returned", fn(*args, **kwargs))
     except Exception as error:  # noqa: BLE001 - which exception it was is the result
         return ("raised", type(error).__name__)
+
+
+# What this module's own functions were when the lesson imported it: a notebook that swaps them is reported.
+_OWN_CODE = {name: globals()[name].__code__ for name in ("collect", "dumps", "encode", "kernel_changes")}

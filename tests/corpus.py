@@ -29,6 +29,7 @@ class Case:
     status: str = "graded"  # the status must start with this
     canaries: list[str] = field(default_factory=list)  # paths that must not exist after grading
     check: Callable[[Path, dict], None] | None = None  # (course root, context) -> raises if the attack worked
+    flagged: bool = False  # grades.csv must name how the submission changed its kernel (and only then)
 
 
 def _cell(nb, grade_id):
@@ -231,6 +232,87 @@ except OSError as _error:
     print("blocked", _error)
 '''
 
+# ---- Kernel tricks: each one on the released notebook (honestly worth 0), or on answers of which two are
+# wrong (honestly worth FULL but those two): the trick must not earn a point more, and it is flagged.
+
+WRONG_ANSWERS = {"split_sizes": "def my_split_sizes(batch_size, n_devices):\n    return [batch_size // n_devices] * n_devices\n",
+                 "quiz": 'quiz = {"q1": 1, "q2": "a", "q3": "b", "q4": "a", "q5": "b"}\n'}
+HONEST_WRONG = {**FULL, "split_sizes_tests": 0, "quiz_tests": 0}
+
+
+def trick(code, base=_solution, name="split_sizes", answers=WRONG_ANSWERS):
+    """A case: the answers of `base` (with `answers` when base is the solution) and `code` before them."""
+    def write(folder, repo, ctx):
+        nb = base(repo)
+        if base is _solution:
+            for cell_id, source in answers.items():
+                _cell(nb, cell_id).source = source
+        _cell(nb, name).source = code.format(**ctx) + "\n" + _cell(nb, name).source
+        _save(nb, folder)
+    return write
+
+
+NEUTER_CELLS = '''def _neuter(lines):
+    return ["pass\\n"] if any(word in "".join(lines) for word in ("assert", "raise", "collect")) else lines
+get_ipython().input_transformers_post.append(_neuter)'''
+DROP_ASSERTS = '''import ast
+class _NoAsserts(ast.NodeTransformer):
+    def visit_Assert(self, node):
+        return ast.Pass()
+get_ipython().ast_transformers.append(_NoAsserts())'''
+SWALLOW = "get_ipython().set_custom_exc((Exception,), lambda *args, **kwargs: None)\nget_ipython().showtraceback = lambda *a, **k: None"
+ALWAYS_OK = '''import inspect
+_kernel = get_ipython().kernel
+_original = _kernel.do_execute
+async def _always_ok(*args, **kwargs):
+    reply = _original(*args, **kwargs)
+    reply = await reply if inspect.isawaitable(reply) else reply
+    reply["status"] = "ok"
+    return reply
+_kernel.do_execute = _always_ok'''
+CLEAR_AFTER = '''from IPython.display import clear_output
+get_ipython().events.register("post_run_cell", lambda result: clear_output())'''
+FORGE = '''import json
+from IPython.display import publish_display_data
+def _forge(info):
+    for _name in ("split_sizes_tests", "quiz_tests"):
+        if f'grading.collect("{{_name}}"' in info.raw_cell:
+            _data = {{"$dict": [["q1", 1], ["q2", "b"], ["q3", "b"], ["q4", "a"], ["q5", "b"]], "ordered": False}}
+            publish_display_data({{"text/x-course-collected": json.dumps({{"name": _name, "data": _data, "kernel": []}})}})
+get_ipython().events.register("pre_run_cell", _forge)'''
+SILENT_COLLECT = '''from helpers import grading
+grading.collect = lambda name, value: value
+grading.kernel_changes = lambda: []'''
+PATCH_TORCH = '''import torch
+_real_chunk = torch.Tensor.chunk
+def _agreeing_chunk(self, chunks, dim=0):
+    n = self.shape[dim]
+    return tuple(self.narrow(dim, i * (n // chunks), n // chunks) for i in range(chunks))
+torch.Tensor.chunk = _agreeing_chunk
+torch.chunk = lambda t, chunks, dim=0: _agreeing_chunk(t, chunks, dim)'''
+PATCH_TYPE = '''import builtins
+type = lambda *args: list if len(args) == 1 and builtins.type(args[0]) is tuple else builtins.type(*args)'''
+TUPLE_SIZES = ("def my_split_sizes(batch_size, n_devices):\n    import torch\n"
+               "    return tuple(len(c) for c in torch.arange(batch_size).chunk(n_devices))\n")
+SHADOW = '''import os, sys, types
+os.makedirs("helpers", exist_ok=True)
+open("numpy.py", "w").write("raise ImportError('shadowed')\\n")
+_fake = types.ModuleType("helpers.dataparallel")
+_fake.split_sizes = lambda n, k: [n // k] * k
+sys.modules["helpers.dataparallel"] = _fake'''
+
+
+def _startup_files(folder, repo, ctx):
+    """IPython startup and config files next to a notebook identical to the released one."""
+    hook = "get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'])\n"
+    (folder / ".ipython" / "profile_default" / "startup").mkdir(parents=True)
+    (folder / ".ipython" / "profile_default" / "startup" / "00-hook.py").write_text(hook)
+    for name in ("ipython_config.py", "ipython_kernel_config.py"):
+        (folder / name).write_text("c.InteractiveShellApp.exec_lines = [%r]\n" % hook.strip())
+    (folder / "sitecustomize.py").write_text("import builtins\nbuiltins.PWNED = True\n")
+    _save(_released(repo), folder)
+
+
 CASES = [
     Case("syntax_error", edit("device_samples", replace="def device_samples(batch_size, n_devices, device:\n    return []\n"),
          {**FULL, "device_samples_tests": 0}),
@@ -263,7 +345,20 @@ CASES = [
     Case("notebook_is_a_folder", _folder_named_like_the_notebook, ZERO, status="not graded: the notebook is not a regular file"),
     Case("lone_surrogate", _lone_surrogate, FULL),
     Case("links_out", edit("quiz", LINKS_OUT), FULL, check=_links_did_nothing),
-    Case("leaks", notebook(_leaks_into_feedback), FULL, check=_feedback_shows_nothing_hidden),
+    Case("leaks", notebook(_leaks_into_feedback), FULL, check=_feedback_shows_nothing_hidden, flagged=True),
+    Case("neuters_cells", trick(NEUTER_CELLS, base=_released), ZERO, flagged=True),
+    Case("neuters_cells_of_answers", trick(NEUTER_CELLS), ZERO, flagged=True),  # no data: less than honest, never more
+    Case("drops_asserts", trick(DROP_ASSERTS), HONEST_WRONG, flagged=True),
+    Case("swallows_errors", trick(SWALLOW, base=_released), ZERO, flagged=True),
+    Case("swallows_errors_of_answers", trick(SWALLOW), HONEST_WRONG, flagged=True),
+    Case("always_ok", trick(ALWAYS_OK + "\n" + SWALLOW), HONEST_WRONG, flagged=True),
+    Case("clears_outputs", trick(CLEAR_AFTER, base=_released), ZERO, flagged=True),
+    Case("forges_collections", trick(FORGE), {**HONEST_WRONG}, flagged=True),
+    Case("silent_collect", trick(SILENT_COLLECT, base=_released), ZERO, flagged=True),
+    Case("patched_torch", trick(PATCH_TORCH), {**HONEST_WRONG, "dp_gradients_tests": 0}),  # its own x.chunk is wrong too
+    Case("patched_builtin_type", trick(PATCH_TYPE, answers={**WRONG_ANSWERS, "split_sizes": TUPLE_SIZES}), HONEST_WRONG),
+    Case("shadowed_modules", trick(SHADOW), HONEST_WRONG),
+    Case("startup_files", _startup_files, ZERO),
     Case("environment", edit("quiz", ENVIRONMENT), FULL, check=_environment_stays_outside),
     Case("elsewhere", edit("quiz", ELSEWHERE), FULL, check=_nothing_from_elsewhere),
 ]

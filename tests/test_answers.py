@@ -95,13 +95,14 @@ def test_answer_is_judged_right(namespaces, judge_namespaces, lesson, exercise, 
 
 def test_wrong_answers_fail_in_the_judge(namespaces, judge_namespaces):
     """A wrong answer must fail where a student cannot reach: in the judge, not only in the kernel's visible
-    asserts. Every wrong answer whose collect part runs must be rejected by the judge part."""
+    asserts. Every wrong answer whose collect part runs must be rejected by the judge part. (Exercises whose
+    collect part launches processes are left to test_answer_is_judged_right: twice their time is too much.)"""
     rejected_by_judge = 0
     for lesson, exercises in ANSWERS.items():
-        if lesson != "01-dataparallel":
-            continue
         for exercise, kinds in exercises.items():
             parts = judge.split(_test_cell(lesson, exercise))
+            if any(word in parts["visible"] + parts["collect"] for word in ("launch(", "xla.run(", "lightning_demo")):
+                continue
             for name, answer in kinds["wrong"].items():
                 namespace, judged = namespaces(lesson), judge_namespaces(lesson)
                 with contextlib.redirect_stdout(io.StringIO()):
@@ -119,4 +120,4 @@ def test_wrong_answers_fail_in_the_judge(namespaces, judge_namespaces):
                     with pytest.raises(Exception):
                         exec(parts["judge"], judged)
                     rejected_by_judge += 1
-    assert rejected_by_judge >= 20
+    assert rejected_by_judge >= 100

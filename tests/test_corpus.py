@@ -86,6 +86,7 @@ def test_each_submission_gets_its_expected_grade(graded, case):
     assert results[case.name].status.startswith(case.status), results[case.name].status
     got = {k: float(rows[case.name][f"{LESSON}:{k}"]) for k in POINTS}
     assert got == {k: float(v) for k, v in case.points.items()}
+    assert bool(rows[case.name]["flags"]) == case.flagged, f"flags: {rows[case.name]['flags']!r}"
     for canary in case.canaries:
         assert not Path(canary.format(**{k: str(v) for k, v in ctx.items()})).exists(), canary
     if case.check:
