@@ -102,3 +102,12 @@ def test_reference_needs_whole_global_batches():
     for kwargs, name in [({"batch_size": 0}, "batch_size"), ({"num_processes": 0}, "num_processes"), ({"lr": -1}, "lr")]:
         with pytest.raises(ValueError, match=name):
             accel.reference(**kwargs)
+
+
+def test_the_device_probe_passes_on_only_the_variables_that_choose_a_device():
+    """The judge runs the probe on environments a notebook chose: nothing that loads code may get through."""
+    for name in ("USE_TORCH_XLA", "PJRT_DEVICE", "ACCELERATE_USE_CPU", "ACCELERATE_MIXED_PRECISION"):
+        assert accel._steers_device(name), name
+    for name in ("LD_PRELOAD", "PYTHONPATH", "PATH", "TPU_LIBRARY_PATH", "ACCELERATE_CONFIG_FILE", "HOME",
+                 "ACCELERATE_PLUGIN_PATH", "XLA_FLAGS", "PYTHONSTARTUP", "BASH_ENV"):
+        assert not accel._steers_device(name), name

@@ -245,3 +245,26 @@ def test_batch_and_learning_rate_arithmetic():
 def test_bad_arguments(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_loader_batches_records_plain_data_the_judge_checks_alone():
+    """The hidden loader test's two halves: the record made in the kernel, the verdict made from it elsewhere."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    def right(dataset, world_size, rank, batch_size):
+        return DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset, world_size, rank, shuffle=False))
+
+    def everything(dataset, world_size, rank, batch_size):
+        return DataLoader(dataset, batch_size=batch_size)
+
+    record = ddp.loader_batches(right, 10, 3, 2)
+    assert [len(r["batches"]) for r in record] == [2, 2, 2] and record[1]["batches"][0] == [2, [1, 4]]
+    assert ddp.loader_batches_problem(record, 10, 3, 2) is None
+    assert "sample" in ddp.loader_batches_problem(ddp.loader_batches(everything, 10, 3, 2), 10, 3, 2)
+    for bad in ([], [{"loader": "x"}], "record", record[:1] + [{**record[1], "batches": [[2, [1.0, 4]]]}] + record[2:]):
+        with pytest.raises(ValueError, match="record"):
+            ddp.loader_batches_problem(bad, 10, 3, 2)
+    with pytest.raises(ValueError, match="make_loader"):
+        ddp.loader_batches(None, 10, 3, 2)
+    with pytest.raises(ValueError, match="world_size"):
+        ddp.loader_batches(right, 10, 0, 2)
