@@ -422,10 +422,10 @@ def _lesson1_namespace():
     import os
     import threading
 
-    from helpers import checkpoints, data, memory, plotting
+    from helpers import checkpoints, data, grading, memory, plotting
 
     return dict(torch=torch, F=F, nn=nn, dp=dp, models=models, memory=memory, checkpoints=checkpoints, data=data,
-                plotting=plotting, os=os, threading=threading)
+                plotting=plotting, grading=grading, os=os, threading=threading)
 
 
 @pytest.mark.parametrize("grade_id, answer", [
