@@ -37,6 +37,8 @@ from helpers import grading
 BEGIN, END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 COLLECT, JUDGE = "# [collect]", "# [judge]"
 PRELUDE_TAG = "prelude"
+# The notebook's import cell is the student's to edit: the collect part must not depend on it for `grading`.
+KERNEL_IMPORT = "from helpers import grading\n"
 
 
 def split(source: str) -> dict | None:
@@ -59,8 +61,8 @@ def for_kernel(source: str) -> str:
     parts = split(source)
     if parts is None:
         return source
-    return (parts["visible"] + BEGIN + "\n" + parts["setup"] + "\n" + COLLECT + "\n" + parts["collect"].rstrip()
-            + "\n" + END + parts["after"])
+    return (parts["visible"] + BEGIN + "\n" + KERNEL_IMPORT + parts["setup"] + "\n" + COLLECT + "\n"
+            + parts["collect"].rstrip() + "\n" + END + parts["after"])
 
 
 def judged_cells(solution) -> dict[str, dict]:
