@@ -215,6 +215,8 @@ def kernel_changes() -> list[str]:
     for attr in ("excepthook", "displayhook"):
         if from_notebook(getattr(sys, attr)):
             found.append(f"a notebook replaced sys.{attr}")
+    if any(from_notebook(finder) for finder in list(sys.meta_path) + list(sys.path_hooks)):
+        found.append("a notebook added an import hook")
     ours = sys.modules.get(__name__)
     for name, code in _OWN_CODE.items():
         if getattr(getattr(ours, name, None), "__code__", None) is not code:

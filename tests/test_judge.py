@@ -249,3 +249,27 @@ def test_a_canary_reports_what_the_kernel_says_about_its_hooks():
     outputs = [{"output_type": "stream", "name": "stdout", "text": "P ['a notebook registered a pre_run_cell hook']\n"}]
     assert execute.reported_changes(outputs, {"printed": "P"}) == ["a notebook registered a pre_run_cell hook"]
     assert execute.reported_changes([{"output_type": "stream", "name": "stdout", "text": "P [oops\n"}], {"printed": "P"})
+
+
+def test_the_kernel_reports_what_a_notebook_changed(monkeypatch):
+    """kernel_changes, as the canaries call it in the grading kernel, on a stand-in IPython shell."""
+    import sys
+    import types
+
+    import IPython
+
+    notebook = types.ModuleType("__main__")
+    exec("def hook(*args):\n    return args\nclass Finder:\n    def find_spec(self, *args):\n        return None", notebook.__dict__)
+    shell = types.SimpleNamespace(input_transformers_cleanup=[], input_transformers_post=[notebook.hook], ast_transformers=[],
+                                  events=types.SimpleNamespace(callbacks={"pre_run_cell": [notebook.hook], "post_execute": [print]}),
+                                  custom_exceptions=(), kernel=None)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    monkeypatch.setattr(sys, "meta_path", [notebook.Finder()] + sys.meta_path)
+    changes = grading.kernel_changes()
+    assert "a notebook added to input_transformers_post" in changes
+    assert "a notebook registered a pre_run_cell hook" in changes
+    assert "a notebook added an import hook" in changes
+    assert not any("post_execute" in c for c in changes), "a library's own callback is not a notebook's change"
+    monkeypatch.setattr(sys, "meta_path", sys.meta_path[1:])
+    shell.input_transformers_post, shell.events.callbacks = [], {}
+    assert grading.kernel_changes() == []
