@@ -302,6 +302,18 @@ _fake.split_sizes = lambda n, k: [n // k] * k
 sys.modules["helpers.dataparallel"] = _fake'''
 
 
+# Unusual but honest: IPython extensions and settings students use; they register callbacks of their own.
+HONEST_EXTENSIONS = '''%load_ext autoreload
+%autoreload 2
+%matplotlib inline
+%config InlineBackend.figure_format = "retina"
+%xmode Minimal
+import warnings
+warnings.simplefilter("ignore", UserWarning)
+from tqdm.auto import tqdm
+'''
+
+
 def _startup_files(folder, repo, ctx):
     """IPython startup and config files next to a notebook identical to the released one."""
     hook = "get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'])\n"
@@ -359,6 +371,7 @@ CASES = [
     Case("patched_builtin_type", trick(PATCH_TYPE, answers={**WRONG_ANSWERS, "split_sizes": TUPLE_SIZES}), HONEST_WRONG),
     Case("shadowed_modules", trick(SHADOW), HONEST_WRONG),
     Case("startup_files", _startup_files, ZERO),
+    Case("honest_extensions", edit("split_sizes", HONEST_EXTENSIONS), FULL),  # a kernel set up as students do: no flag
     Case("environment", edit("quiz", ENVIRONMENT), FULL, check=_environment_stays_outside),
     Case("elsewhere", edit("quiz", ELSEWHERE), FULL, check=_nothing_from_elsewhere),
 ]
