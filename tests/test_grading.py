@@ -113,6 +113,12 @@ def test_every_submission_has_a_row(graded):
         assert float(row["max_score"]) == sum(POINTS[lesson].values())
 
 
+def test_no_honest_submission_is_flagged(graded):
+    """Solutions, blank and wrong answers, crashes, hangs and warnings of every lesson: none changed its kernel."""
+    _, _, rows = graded
+    assert {key: row["flags"] for key, row in rows.items() if row["flags"]} == {}
+
+
 @pytest.mark.parametrize("lesson", POINTS)
 def test_solution_scores_full_marks(graded, lesson):
     _, _, rows = graded
