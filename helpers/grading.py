@@ -52,6 +52,11 @@ class Other:
     __hash__ = None
 
 
+def _name(argument: str, value) -> None:
+    if _type(value) is not str or not value:
+        raise ValueError(f"{argument} must be a non-empty str, got {value!r}")
+
+
 def encode(value, _depth: int = 0):
     """`value` as JSON-serialisable data (raises ValueError if it nests deeper than MAX_DEPTH)."""
     if _depth > MAX_DEPTH:
@@ -169,6 +174,7 @@ def loads(text: str) -> dict:
 
 def collect(name: str, value):
     """Publish `value` (the student's results for a hidden test) for the judge; return it as the judge will see it."""
+    _name("name", name)
     text = dumps(name, value)
     shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
     if shell is not None:  # in a kernel; a plain process (tests/test_answers.py) only round-trips the data
@@ -231,6 +237,9 @@ def reference(key: str, compute):
     import hashlib
     import os
 
+    _name("key", key)
+    if not callable(compute):
+        raise ValueError(f"compute must be callable, got {_type(compute).__name__}")
     folder = os.environ.get("GRADER_JUDGE_MEMO")
     if not folder:
         return decode(encode(compute()))
@@ -250,6 +259,8 @@ def reference(key: str, compute):
 
 def outcome(fn, *args, **kwargs):
     """("returned", value) or ("raised", the exception's class name): for tests of what a function raises."""
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, got {_type(fn).__name__}")
     try:
         return ("returned", fn(*args, **kwargs))
     except Exception as error:  # noqa: BLE001 - which exception it was is the result

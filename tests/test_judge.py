@@ -108,6 +108,17 @@ def test_reference_is_memoized_in_the_judges_folder(tmp_path, monkeypatch):
     assert len(calls) == 3 and torch.equal(first["state"], second["state"]) and len(list(tmp_path.iterdir())) == 1
 
 
+def test_bad_arguments_get_a_clear_error():
+    with pytest.raises(ValueError, match="name"):
+        grading.collect("", 1)
+    with pytest.raises(ValueError, match="key"):
+        grading.reference(3, lambda: 1)
+    with pytest.raises(ValueError, match="compute"):
+        grading.reference("k", 1)
+    with pytest.raises(ValueError, match="fn"):
+        grading.outcome(None)
+
+
 def test_outcome_records_returns_and_raises():
     assert grading.outcome(int, "3") == ("returned", 3)
     assert grading.outcome(int, "x") == ("raised", "ValueError")
