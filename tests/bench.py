@@ -67,6 +67,9 @@ def main() -> None:
         n = len(results)
         assert all(r.status.startswith("graded") for r in results), [r.status for r in results]
         print(f"{jobs:>5}{total:>12.1f}{total / n:>22.1f}{sum(r.seconds for r in results) / n:>24.1f}")
+        for lesson in lessons:  # a submission's grading time includes its share of the judge's first references
+            times = [r.seconds for r in results if r.lesson == lesson]
+            print(f"{'':>5}  {lesson:<24} mean {sum(times) / len(times):.1f} s over {len(times)} submission(s)")
 
 
 if __name__ == "__main__":
