@@ -174,6 +174,12 @@ def spmd_data_parallel(steps: int = 5, batch: int = 64, shard=None, seed: int = 
 def shardings(meshes, shard=None) -> list[str]:
     """The sharding spec that `shard(tensor, mesh)` gives an (8, 6) batch on each mesh `(shape, axis_names)`
     of every XLA device, in SPMD mode (by default: split along dim 0 over the "data" axis, as in B4)."""
+    if not isinstance(meshes, (list, tuple)) or not meshes or not all(
+            isinstance(m, (list, tuple)) and len(m) == 2 and len(m[0]) == len(m[1])
+            and all(isinstance(d, int) and d > 0 for d in m[0]) and all(isinstance(a, str) for a in m[1]) for m in meshes):
+        raise ValueError(f"meshes must be a non-empty list of (shape, axis_names) of equal lengths, got {meshes!r}")
+    if shard is not None and not callable(shard):
+        raise ValueError(f"shard must be callable or None, got {type(shard).__name__}")
     import numpy as np
     import torch
     import torch_xla

@@ -134,3 +134,10 @@ def test_lightning_inserts_a_distributed_sampler():
 def test_lightning_demo_rejects_bad_arguments():
     with pytest.raises(ValueError, match="batch_size"):
         lightning_demo.samplers_seen(n_samples=10, batch_size=0)
+
+
+@pytest.mark.parametrize("meshes, shard", [([], None), ([((2, 2), ("data",))], None), ([((0, 4), ("data", "model"))], None),
+                                           ("data", None), ([((2, 2), ("data", "model"))], "mark_sharding")])
+def test_shardings_rejects_bad_arguments(meshes, shard):
+    with pytest.raises(ValueError, match="meshes|shard"):
+        xla.shardings(meshes, shard)
