@@ -3,7 +3,8 @@
 #   make test     run every test (helpers, notebooks with nbval, release sync, grading end to end)
 #   make release  regenerate notebooks/ (student versions) from solutions/
 #   make grade    autograde submitted/<student>/<lesson>/ in the sandbox -> autograded/, feedback/,
-#                 grades.csv, reports/ (JOBS=N grades N at a time; UNSANDBOXED=1 runs student code unsandboxed)
+#                 grades.csv, reports/ (JOBS=N grades N at a time; SCHEDULER=tcp://host:8786 on a Dask cluster;
+#                 UNSANDBOXED=1 runs student code unsandboxed)
 #   make bench    print each notebook's execution time and grading times, sequential and parallel
 #   make hw-check run the solution notebooks, measure the key figures here -> reports/hw-check.md (HW_CHECK_ARGS="--lessons 01-dataparallel")
 
@@ -15,6 +16,7 @@ LAB_ARGS ?=
 PYTEST_ARGS ?=
 NBVAL_CELL_TIMEOUT ?= 300
 JOBS ?= 1
+SCHEDULER ?=
 UNSANDBOXED ?=
 
 .PHONY: setup sandbox lab test release grade bench
@@ -49,7 +51,7 @@ release: setup
 	$(BIN)/python -m graders.pipeline release
 
 grade: setup sandbox
-	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(UNSANDBOXED),--unsandboxed)
+	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(UNSANDBOXED),--unsandboxed)
 
 bench: setup sandbox
 	$(BIN)/python tests/bench.py

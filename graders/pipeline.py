@@ -1,12 +1,15 @@
 """The grading pipeline: release the student notebooks, autograde submissions, write feedback and grades.
 
     python -m graders.pipeline release [--root DIR]
-    python -m graders.pipeline grade   [--root DIR] [--jobs N] [--cell-timeout S] [--unsandboxed]
+    python -m graders.pipeline grade   [--root DIR] [--jobs N] [--scheduler ADDRESS] [--cell-timeout S] [--unsandboxed]
 
-`--root` is the course root (default: this repository). Each submission is autograded in its own
-nbgrader process, its code in the bubblewrap sandbox of graders/sandbox.py. A kernel crash costs
-the cell that caused it (the submission is graded again with that cell skipped); a hang costs the
-cell that hangs; nothing stops the batch. `--jobs N` grades N submissions at a time.
+`--root` is the course root (default: this repository). Each submission is autograded by a worker in its
+own nbgrader process, in a private copy of the course folder and gradebook, its code in the bubblewrap
+sandbox of graders/sandbox.py. A kernel crash costs the cell that caused it (the submission is graded
+again with that cell skipped); a hang costs the cell that hangs; nothing stops the batch. The workers are
+`--jobs N` threads of this process, or the workers of a Dask cluster (`--scheduler`, graders/cluster.py).
+This process, the coordinator, is the only one that writes the gradebook, autograded/, feedback/ and
+grades.csv: the workers send back data (the graded notebook and the judge's verdict).
 
 The hidden tests' verdicts come from graders/judge.py, a process that never runs student code, on the
 data the student's kernel collected: a cell scores its points only if the kernel ran it without error
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +83,8 @@ def run_watched(cmd, cwd, env, timeout, progress: str | None = None, stalled_aft
     end the cell): the run is stopped and reported as STALLED, so that the pipeline skips that cell instead
     of letting the submission run out its whole time limit."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    if shutil.which("setpriv"):  # dies with the thread that started it: a killed Dask worker leaves no grading behind
+        cmd = ["setpriv", "--pdeathsig", "KILL", "--", *cmd]
     with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as proc:
         outputs = {}
@@ -138,18 +144,71 @@ class SandboxUnavailable(RuntimeError):
     pass
 
 
+@dataclass
+class Task:
+    """One submission to grade, as data: what a worker (this machine's pool or a Dask worker) needs."""
+    student: str
+    lesson: str
+    files: dict[str, bytes]  # the submission folder: path relative to it -> content (regular files only)
+    digest: str  # the version of the course (helpers/, graders/, solutions/) the coordinator grades with
+    sandboxed: bool
+    cell_timeout: int
+    submission_timeout: int
+
+
+@dataclass
+class Outcome:
+    """What a worker sends back: never a write to the gradebook, grades.csv or feedback (the coordinator's)."""
+    status: str  # "graded" (with notes), or why there is no grade
+    seconds: float = 0.0
+    notebook: str | None = None  # the graded notebook, as nbgrader wrote it outside the jail
+    verdict: dict | None = None  # the judge's, on that notebook
+    flags: tuple[str, ...] = ()
+    worker: str = ""
+
+
 def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 3600, jobs: int = 1,
-          sandboxed: bool = True) -> list[Result]:
-    """Autograde everything under submitted/<student>/<lesson>/, write feedback/, grades.csv and a report plot."""
-    if sandboxed and (why := sandbox.available()):
+          sandboxed: bool = True, scheduler: str | None = None, log=None) -> list[Result]:
+    """Autograde everything under submitted/<student>/<lesson>/, write feedback/, grades.csv and a report plot.
+
+    Workers execute and judge the submissions: `jobs` threads of this process, or the workers of the Dask
+    cluster at `scheduler` (graders/cluster.py). This process is the only one that writes the gradebook,
+    autograded/, feedback/ and grades.csv, one submission at a time as the results come back."""
+    if sandboxed and scheduler is None and (why := sandbox.available()):
         raise SandboxUnavailable(f"cannot sandbox student code: {why}. Fix that, or grade with --unsandboxed "
                                  "(make grade UNSANDBOXED=1) to run submissions with your own rights.")
+    if jobs > UID_BLOCK:
+        raise ValueError(f"jobs must be at most {UID_BLOCK}, got {jobs}")
     course_lessons = lessons(root)
     for lesson in course_lessons:  # records each lesson's grade cells in the gradebook
         _check(nbgrader(root, "generate_assignment", lesson, "--force"), f"generate_assignment {lesson}")
+    results, tasks = _tasks(root, course_lessons, cell_timeout, submission_timeout, sandboxed)
+    recorder = Recorder(root)
+    template = recorder.template()
+    if scheduler is None:
+        outcomes = _run_here(tasks, template, jobs, sandboxed, log)
+    else:
+        from graders import cluster
+
+        outcomes = cluster.run(scheduler, tasks, template, log)
+    for number, (task, outcome) in enumerate(outcomes, 1):
+        result = recorder.record(task, outcome)
+        results.append(result)
+        if log:
+            log(f"[{number}/{len(tasks)}] {result.student:<20} {result.lesson:<24} {result.status}"
+                + (f"  ({outcome.worker})" if outcome.worker else ""))
+    order = {(t.student, t.lesson): i for i, t in enumerate(tasks)}
+    results.sort(key=lambda r: order.get((r.student, r.lesson), -1))
+    write_grades_csv(root, results)
+    return results
+
+
+def _tasks(root: Path, course_lessons: list[str], cell_timeout: int, submission_timeout: int, sandboxed: bool):
+    """The submissions to grade, and a Result for each that cannot be."""
     submitted = root / "submitted"
     students = sorted(d.name for d in submitted.iterdir() if d.is_dir()) if submitted.is_dir() else []
-    tasks, results = [], []
+    digest = course_digest()
+    results, tasks = [], []
     for student in students:
         if not STUDENT_ID.match(student):
             results.append(Result(student, "", "skipped: not a valid student id"))
@@ -159,45 +218,97 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
             if (submitted / student).is_symlink() or folder.is_symlink():
                 results.append(Result(student, lesson, "not graded: the submission is a symbolic link"))
             elif folder.is_dir():
-                tasks.append((student, lesson))
-    if jobs > UID_BLOCK:
-        raise ValueError(f"jobs must be at most {UID_BLOCK}, got {jobs}")
-    block, block_lock = _uid_block()
-    slots = queue.Queue()  # one sandbox uid and one set of cgroups per parallel job
-    groups = {}
-    for slot in range(max(1, jobs)):
-        uid = SANDBOX_UID_BASE + block * UID_BLOCK + slot
-        groups[uid] = limits.JobGroups(f"course-grader-{uid}", limits.default_memory_bytes(jobs),
-                                       int(os.environ.get("GRADER_MAX_PROCESSES", "512"))).create() if sandboxed else None
-        slots.put(uid)
-    if sandboxed:
-        print(groups[uid].describe(), flush=True)
+                files = _prepare(root, student, lesson) or _files(folder)
+                if isinstance(files, str):
+                    results.append(Result(student, lesson, files))
+                else:
+                    tasks.append(Task(student, lesson, files, digest, sandboxed, cell_timeout, submission_timeout))
+    return results, tasks
 
-    def run(task):
-        uid = slots.get()
-        start = time.monotonic()
-        try:
-            return _grade_one(root, *task, cell_timeout, submission_timeout, spec_dir, uid, memo,
-                              groups[uid].env() if groups[uid] else {})
-        except Exception as error:  # one submission never stops the batch
-            return Result(*task, f"not graded: the grader failed on it ({type(error).__name__}: {error})"[:300],
-                          time.monotonic() - start)
-        finally:
-            slots.put(uid)
 
-    try:
-        with tempfile.TemporaryDirectory(prefix="grader-") as scratch:
-            spec_dir = sandbox.kernelspec(scratch) if sandboxed else None
-            memo = os.path.join(scratch, "judge-memo")  # the judge's references, shared by the run's submissions
-            os.makedirs(memo, mode=0o700)
-            with ThreadPoolExecutor(max(1, jobs)) as pool:
-                results += pool.map(run, tasks)
-    finally:
-        for job in filter(None, groups.values()):
+MAX_SUBMISSION_BYTES = 64 * 2**20
+
+
+def _files(folder: Path) -> dict[str, bytes] | str:
+    """The submission's regular files (what nbgrader would copy), never what a link points at; or why not."""
+    files, size = {}, 0
+    for parent, dirs, names in os.walk(folder):  # does not descend into linked folders
+        for name in names:
+            path = Path(parent) / name
+            if path.is_symlink() or not path.is_file() or name.endswith((".submitted", ".restoring")):
+                continue
+            size += path.stat().st_size
+            if size > MAX_SUBMISSION_BYTES:
+                return f"not graded: the submission folder holds more than {MAX_SUBMISSION_BYTES >> 20} MiB"
+            files[str(path.relative_to(folder))] = path.read_bytes()
+    return files
+
+
+def course_digest(repo: Path = REPO) -> str:
+    """What a worker must share with the coordinator to grade the same way: the helpers students call,
+    the grader, the lessons' sources."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for pattern in ("helpers/**/*.py", "graders/**/*.py", "solutions/*/*.ipynb"):
+        for path in sorted(repo.glob(pattern)):
+            digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _run_here(tasks: list[Task], template: bytes, jobs: int, sandboxed: bool, log=None):
+    """This machine's pool: `jobs` submissions at a time, results as they finish."""
+    from concurrent.futures import as_completed
+
+    with Slots(jobs, sandboxed) as slots, ThreadPoolExecutor(max(1, jobs)) as pool:
+        if log and sandboxed:
+            log(slots.describe())
+        futures = {pool.submit(execute, task, template, slots): task for task in tasks}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+class Slots:
+    """The sandbox uids (a block no other grading process on this machine holds) and their cgroups, and the
+    scratch space of one grading process: one slot per submission graded at the same time."""
+
+    def __init__(self, jobs: int, sandboxed: bool):
+        if not 1 <= jobs <= UID_BLOCK:
+            raise ValueError(f"jobs must be between 1 and {UID_BLOCK}, got {jobs}")
+        self.sandboxed = sandboxed
+        self.block, self._lock = _uid_block()
+        self.scratch = tempfile.mkdtemp(prefix="grader-")
+        self.spec_dir = sandbox.kernelspec(self.scratch) if sandboxed else None
+        self.memo = os.path.join(self.scratch, "judge-memo")  # the judge's references, shared by the submissions
+        os.makedirs(self.memo, mode=0o700)
+        self.free, self.groups = queue.Queue(), {}
+        for slot in range(jobs):
+            uid = SANDBOX_UID_BASE + self.block * UID_BLOCK + slot
+            self.groups[uid] = limits.JobGroups(f"course-grader-{uid}", limits.default_memory_bytes(jobs),
+                                                int(os.environ.get("GRADER_MAX_PROCESSES", "512"))).create() if sandboxed else None
+            self.free.put(uid)
+
+    def describe(self) -> str:
+        return next(iter(self.groups.values())).describe() if self.sandboxed else "unsandboxed"
+
+    def take(self) -> tuple[int, dict]:
+        uid = self.free.get()
+        return uid, self.groups[uid].env() if self.groups[uid] else {}
+
+    def give_back(self, uid: int) -> None:
+        self.free.put(uid)
+
+    def close(self) -> None:
+        for job in filter(None, self.groups.values()):
             job.remove()
-        block_lock.close()
-    write_grades_csv(root, results)
-    return results
+        self._lock.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def _uid_block():
@@ -265,65 +376,87 @@ def _restore_metadata(submission, source) -> bool:
     return restored
 
 
-def _grade_one(root: Path, student: str, lesson: str, cell_timeout: int, submission_timeout: int,
-               spec_dir: str | None, uid: int = 0, memo: str | None = None, job_env: dict | None = None) -> Result:
+def execute(task: Task, template: bytes, slots: Slots) -> Outcome:
+    """A worker's part: run one submission with nbgrader (its code in the sandbox) in a private course folder
+    with a private copy of the gradebook, judge it, and send the graded notebook and the verdict back."""
     start = time.monotonic()
-    problem = _prepare(root, student, lesson)
-    if problem:
-        return Result(student, lesson, problem, time.monotonic() - start)
+    worker = f"{os.uname().nodename}:{os.getpid()}"
+    if task.digest != course_digest():
+        return Outcome(f"not graded: worker {worker} has other course files than the coordinator "
+                       "(update its checkout of the course)", worker=worker)
+    if task.sandboxed and not slots.sandboxed:
+        why = sandbox.available() or "its grading slots are unsandboxed"
+        return Outcome(f"not graded: worker {worker} cannot sandbox student code: {why}", worker=worker)
+    uid, job_env = slots.take()
+    try:
+        with tempfile.TemporaryDirectory(prefix="course-", dir=slots.scratch) as private:
+            os.chmod(private, 0o700)
+            course = Path(private)
+            (course / "solutions" / task.lesson).mkdir(parents=True)
+            (course / "gradebook.db").write_bytes(template)
+            folder = course / "submitted" / task.student / task.lesson
+            for name, content in task.files.items():
+                (folder / name).parent.mkdir(parents=True, exist_ok=True)
+                (folder / name).write_bytes(content)
+            outcome = _execute_in(course, task, slots, uid, job_env)
+    except Exception as error:  # noqa: BLE001 - one submission never stops the batch
+        outcome = Outcome(f"not graded: the grader failed on it ({type(error).__name__}: {error})"[:300])
+    finally:
+        slots.give_back(uid)
+    outcome.seconds, outcome.worker = time.monotonic() - start, worker
+    return outcome
+
+
+def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) -> Outcome:
+    student, lesson = task.student, task.lesson
     skipped: dict[int, str] = {}  # cell index -> what it did to the kernel
-    busy_retries = 2
+    start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="g-", dir="/tmp") as ipc, tempfile.NamedTemporaryFile() as progress, \
             tempfile.TemporaryDirectory(prefix="judge-") as private:
         os.chmod(ipc, 0o700)
         canaries, verdicts = os.path.join(private, "canaries.json"), os.path.join(private, "verdicts.json")
-        env = {"GRADER_CELL_TIMEOUT": str(cell_timeout), "GRADER_PROGRESS_FILE": progress.name,
-               "GRADER_CANARY_FILE": canaries, **(job_env or {})}
-        if spec_dir:
-            env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=spec_dir,
+        env = {"GRADER_CELL_TIMEOUT": str(task.cell_timeout), "GRADER_PROGRESS_FILE": progress.name,
+               "GRADER_CANARY_FILE": canaries, **job_env}
+        if slots.spec_dir:
+            env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=slots.spec_dir,
                        GRADER_SANDBOX_UID=str(uid), GRADER_READONLY=str(REPO / "helpers"))
-        deadline = start + submission_timeout  # one cap for all the retries together
+        deadline = start + task.submission_timeout  # one cap for all the retries together
         while True:
             env["GRADER_SKIP_CELLS"] = ",".join(map(str, skipped))
             left = deadline - time.monotonic()
             if left <= 0:
-                return Result(student, lesson, "not graded: " + TIMED_OUT, time.monotonic() - start)
+                return Outcome("not graded: " + TIMED_OUT)
             Path(progress.name).touch()  # the watchdog counts from now
-            proc = nbgrader(root, "autograde", lesson, f"--student={student}", "--create", "--force",
-                            timeout=left, env=env, stalled_after=cell_timeout + STALL_GRACE)
-            graded = root / "autograded" / student / lesson / f"{lesson}.ipynb"
+            proc = nbgrader(course, "autograde", lesson, f"--student={student}", "--create", "--force",
+                            timeout=left, env=env, stalled_after=task.cell_timeout + STALL_GRACE)
+            graded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
             if proc.returncode == 0 and graded.is_file():
                 break
             reason = _reason(proc)
-            crashed = reason in (KERNEL_DIED, KERNEL_HUNG)
-            if not crashed and busy_retries > 0 and reason != TIMED_OUT:
-                busy_retries -= 1  # e.g. another job held the gradebook a moment too long: grading is idempotent
-                continue
             cell = _read_int(progress.name)
-            if not crashed or cell is None or cell in skipped or len(skipped) >= MAX_CRASHES:
-                return Result(student, lesson, "not graded: " + reason, time.monotonic() - start)
+            if reason not in (KERNEL_DIED, KERNEL_HUNG) or cell is None or cell in skipped or len(skipped) >= MAX_CRASHES:
+                return Outcome("not graded: " + reason)
             skipped[cell] = reason
-        left = deadline - time.monotonic()
-        verdict = _judge(root, student, lesson, verdicts, memo, max(60.0, left))
+        verdict = _judge(lesson, graded, verdicts, slots.memo, max(60.0, deadline - time.monotonic()))
         if "error" in verdict:
-            return Result(student, lesson, "not graded: the judge failed: " + verdict["error"].strip().splitlines()[-1][:200],
-                          time.monotonic() - start)
-        _apply_verdicts(root, student, lesson, verdict)
+            return Outcome("not graded: the judge failed: " + verdict["error"].strip().splitlines()[-1][:200])
         flags = tuple(dict.fromkeys(verdict["flags"] + (_read_json(canaries) or [])))
-        feedback = nbgrader(root, "generate_feedback", lesson, f"--student={student}", "--force", timeout=600,
-                            env={"GRADER_VERDICTS_FILE": verdicts})
+        notebook = read_notebook_text(graded)
     status = "graded"
     if skipped:
         status += " (" + "; ".join(f"cell {cell} skipped: {why}" for cell, why in skipped.items()) + ")"
-    if feedback.returncode != 0:
-        status += " (feedback failed)"
-    return Result(student, lesson, status, time.monotonic() - start, flags)
+    return Outcome(status, notebook=notebook, verdict=verdict, flags=flags)
 
 
-def _judge(root: Path, student: str, lesson: str, out: str, memo: str | None, timeout: float) -> dict:
+def read_notebook_text(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, encoding="utf-8") as f:
+        return f.read()
+
+
+def _judge(lesson: str, graded: Path, out: str, memo: str | None, timeout: float) -> dict:
     """Run graders/judge.py on the graded notebook (written by nbgrader, in a folder the jail never had)."""
-    solution = root / "solutions" / lesson / f"{lesson}.ipynb"
-    graded = root / "autograded" / student / lesson / f"{lesson}.ipynb"
+    solution = REPO / "solutions" / lesson / f"{lesson}.ipynb"
     env = {**os.environ, "GRADER_JUDGE_MEMO": memo or ""}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
     try:
@@ -342,27 +475,95 @@ def _read_json(path: str):
         return None
 
 
-_GRADEBOOK = threading.Lock()  # the pipeline's own writes to the gradebook, one at a time
+class Recorder:
+    """The coordinator's writes, one submission at a time: the graded notebook into autograded/, its scores into
+    the gradebook (nbgrader's own SaveAutoGrades and late penalties, then the judge's verdicts), its feedback."""
 
+    def __init__(self, root: Path):
+        from nbgrader.apps import NbGraderAPI
+        from nbgrader.coursedir import CourseDirectory
+        from traitlets.config.loader import PyFileConfigLoader
 
-def _apply_verdicts(root: Path, student: str, lesson: str, verdict: dict) -> None:
-    """A judged cell keeps the points the kernel's run gave it only if the judge passed it too."""
-    from nbgrader.api import Gradebook
+        self.root = root
+        self.db_url = f"sqlite:///{root / 'gradebook.db'}"
+        self.config = PyFileConfigLoader(CONFIG.name + ".py", path=str(CONFIG.parent)).load_config()
+        self.config.CourseDirectory.root = str(root)
+        self.coursedir = CourseDirectory(config=self.config)
+        self.api = NbGraderAPI(coursedir=self.coursedir, config=self.config)
 
-    failed = [cell for cell, v in verdict["cells"].items() if not v["passed"]]
-    if not failed:
-        return
-    for attempt in range(10):
+    def template(self) -> bytes:
+        """The gradebook with the lessons' cells and no students: each worker grades in a copy of it."""
+        import sqlite3
+
+        from nbgrader.api import Gradebook
+
+        with tempfile.TemporaryDirectory() as scratch:
+            path = os.path.join(scratch, "gradebook.db")
+            with sqlite3.connect(self.root / "gradebook.db") as source, sqlite3.connect(path) as copy:
+                source.backup(copy)
+            with Gradebook(f"sqlite:///{path}") as gb:
+                for student in [s.id for s in gb.students]:
+                    gb.remove_student(student)
+            with sqlite3.connect(path) as db:
+                db.execute("VACUUM")
+            return Path(path).read_bytes()
+
+    def record(self, task: Task, outcome: Outcome) -> Result:
+        result = Result(task.student, task.lesson, outcome.status, outcome.seconds, tuple(outcome.flags))
+        if not outcome.status.startswith("graded"):
+            return result
         try:
-            with _GRADEBOOK, Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+            notebook = nbformat.reads(outcome.notebook, as_version=4)
+            self._write_graded(task, outcome.notebook)
+            self._save_scores(task, notebook, outcome.verdict)
+        except Exception as error:  # noqa: BLE001 - a bad outcome costs its submission a status, not the batch
+            result.status = f"not graded: its result could not be recorded ({type(error).__name__}: {error})"[:300]
+            return result
+        if not self._feedback(task, outcome.verdict):
+            result.status += " (feedback failed)"
+        return result
+
+    def _write_graded(self, task: Task, text: str) -> None:
+        folder = self.root / "autograded" / task.student / task.lesson
+        for part in (folder.parent.parent, folder.parent, folder):  # root writes: never through a link
+            if part.is_symlink():
+                raise RuntimeError(f"{part} is a symbolic link")
+            part.mkdir(exist_ok=True)
+        partial = folder / f".{task.lesson}.ipynb.recording"
+        partial.unlink(missing_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(text)
+        os.replace(partial, folder / f"{task.lesson}.ipynb")
+
+    def _save_scores(self, task: Task, notebook, verdict: dict) -> None:
+        from nbgrader.api import Gradebook
+        from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
+
+        timestamp = self.coursedir.get_existing_timestamp(str(self.root / "submitted" / task.student / task.lesson))
+        warnings.filterwarnings("ignore", module="nbgrader.api")  # SQLAlchemy's autoflush notes on nbgrader's own code
+        with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+            gb.update_or_create_student(task.student)
+            gb.update_or_create_submission(task.lesson, task.student, **({"timestamp": timestamp} if timestamp else {}))
+        resources = {"nbgrader": {"db_url": self.db_url, "assignment": task.lesson, "notebook": task.lesson,
+                                  "student": task.student}}
+        for step in (SaveAutoGrades, AssignLatePenalties):
+            step(config=self.config).preprocess(notebook, resources)
+        failed = [cell for cell, v in (verdict or {}).get("cells", {}).items() if not v["passed"]]
+        if failed:  # a judged cell keeps the points the kernel's run gave it only if the judge passed it too
+            with Gradebook(self.db_url, self.coursedir.course_id) as gb:
                 for cell in failed:
-                    gb.find_grade(cell, lesson, lesson, student).auto_score = 0.0
+                    gb.find_grade(cell, task.lesson, task.lesson, task.student).auto_score = 0.0
                 gb.db.commit()
-            return
-        except Exception as error:  # noqa: BLE001 - another job's nbgrader held the database: try again
-            if "locked" not in str(error) or attempt == 9:
-                raise
-            time.sleep(0.5 * (attempt + 1))
+
+    def _feedback(self, task: Task, verdict: dict) -> bool:
+        from graders import redact
+
+        redact.VERDICTS = (verdict or {}).get("cells", {})
+        try:
+            return bool(self.api.generate_feedback(task.lesson, task.student).get("success"))
+        finally:
+            redact.VERDICTS = None
 
 
 def _read_int(path: str) -> int | None:
@@ -463,6 +664,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cell-timeout", type=int, default=300)
     parser.add_argument("--submission-timeout", type=int, default=3600)
     parser.add_argument("--unsandboxed", action="store_true", help="run student code without the sandbox (unsafe)")
+    parser.add_argument("--scheduler", default=os.environ.get("SCHEDULER") or None,
+                        help="grade on a Dask cluster: tcp://host:8786, or local:N for N local worker processes "
+                             "(default: --jobs threads of this process)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
     if args.command == "release":
@@ -470,14 +674,13 @@ def main(argv=None) -> int:
             print("released", path.relative_to(root))
         return 0
     try:
-        results = grade(root, args.cell_timeout, args.submission_timeout, args.jobs, sandboxed=not args.unsandboxed)
+        results = grade(root, args.cell_timeout, args.submission_timeout, args.jobs, sandboxed=not args.unsandboxed,
+                        scheduler=args.scheduler, log=lambda line: print(line, flush=True))
     except SandboxUnavailable as error:
         print(error, file=sys.stderr)
         return 2
     if args.unsandboxed:
         print("WARNING: graded without the sandbox: student code ran with your rights.", file=sys.stderr)
-    for r in results:
-        print(f"{r.student:<20} {r.lesson:<24} {r.status}")
     print(f"grades: {root / 'grades.csv'}  feedback: {root / 'feedback'}  report: {report(root)}")
     return 0
 

@@ -197,11 +197,9 @@ def test_retries_share_one_time_limit(tmp_path, monkeypatch):
     import subprocess
     import time
 
-    (tmp_path / "solutions").mkdir()
-    shutil.copytree(REPO / "solutions" / LESSON, tmp_path / "solutions" / LESSON)
-    folder = tmp_path / "submitted" / "crasher" / LESSON
-    folder.mkdir(parents=True)
-    shutil.copy(REPO / "solutions" / LESSON / f"{LESSON}.ipynb", folder)
+    notebook = (REPO / "solutions" / LESSON / f"{LESSON}.ipynb").read_bytes()
+    task = pipeline.Task("crasher", LESSON, {f"{LESSON}.ipynb": notebook}, pipeline.course_digest(), sandboxed=False,
+                         cell_timeout=10, submission_timeout=1)
     timeouts = []
 
     def crashing_nbgrader(root, *args, timeout=None, env=None, **_):
@@ -212,7 +210,8 @@ def test_retries_share_one_time_limit(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "nbgrader", crashing_nbgrader)
     start = time.monotonic()
-    result = pipeline._grade_one(tmp_path, "crasher", LESSON, cell_timeout=10, submission_timeout=1, spec_dir=None)
+    with pipeline.Slots(1, sandboxed=False) as slots:
+        result = pipeline.execute(task, b"", slots)
     assert time.monotonic() - start < 2, "the retries ran past the submission's time limit"
     assert result.status.startswith("not graded") and len(timeouts) <= 3
     assert all(later < earlier for earlier, later in zip(timeouts, timeouts[1:]))
