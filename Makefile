@@ -6,6 +6,7 @@
 #                 grades.csv, reports/ (JOBS=N grades N at a time; SCHEDULER=tcp://host:8786 on a Dask cluster;
 #                 UNSANDBOXED=1 runs student code unsandboxed)
 #   make bench    print each notebook's execution time and grading times, sequential and parallel
+#                 (BENCH_ARGS="--workers 1 2 4": on Dask worker processes, with a 1,000-student projection)
 #   make hw-check run the solution notebooks, measure the key figures here -> reports/hw-check.md (HW_CHECK_ARGS="--lessons 01-dataparallel")
 
 PYTHON ?= python3
@@ -30,11 +31,16 @@ sandbox:
 		echo "bubblewrap is missing: install it (apt-get install bubblewrap) or grade with UNSANDBOXED=1" >&2
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
-	@echo "Setting up $(VENV)/ (torch with CUDA, torch_xla, Jupyter, nbgrader): the first time downloads several GB"
-	@echo "and takes about 5 minutes; later runs reinstall only when the requirements change."
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -c requirements.lock
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@echo "Setting up $(VENV)/ (torch with CUDA, torch_xla, Jupyter, nbgrader, Dask): the first time downloads"
+	@echo "several GB (7.6 GB installed) and takes about 5 minutes on a fast connection; later runs reinstall"
+	@echo "only when requirements.txt, requirements.lock or pyproject.toml change."
+	@if test -x $(BIN)/python; then echo "[1/3] using the existing $(VENV)/"; \
+		else echo "[1/3] creating the virtual environment $(VENV)/"; $(PYTHON) -m venv $(VENV); fi
+	@echo "[2/3] installing the pinned packages of requirements.txt (pip's own output follows only on errors)..."
+	@start=$$(date +%s); $(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -c requirements.lock \
+		&& echo "      done in $$(( $$(date +%s) - start )) s"
+	@echo "[3/3] installing the course's helpers package (editable)"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
 
 # Jupyter refuses to start as root unless told; containers and CI often are root.
@@ -53,8 +59,9 @@ release: setup
 grade: setup sandbox
 	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(UNSANDBOXED),--unsandboxed)
 
+BENCH_ARGS ?=
 bench: setup sandbox
-	$(BIN)/python tests/bench.py
+	$(BIN)/python tests/bench.py $(BENCH_ARGS)
 
 HW_CHECK_ARGS ?=
 .PHONY: hw-check
