@@ -90,7 +90,8 @@ def project(rates: dict, workers: list[int], n_lessons: int) -> None:
     for n in workers[1:]:
         print(f"  measured: {n} workers here {rates['workers', n]:.2f}/min, {rates['workers', n] / per_worker / n:.0%} of linear")
     for n in (2, 16, 64, 256):
-        print(f"  {n:>4} workers (one per core of machines like this one, linear): {submissions / (per_worker * n) / 60:6.1f} h")
+        minutes = submissions / (per_worker * n)
+        print(f"  {n:>4} workers (one per core of machines like this one, linear): {minutes / 60:5.1f} h ({minutes:.0f} min)")
 
 
 if __name__ == "__main__":
