@@ -20,12 +20,14 @@ the judge's findings) is flagged in grades.csv with the reasons.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import json
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -168,8 +170,9 @@ class Outcome:
 
 
 def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 3600, jobs: int = 1,
-          sandboxed: bool = True, scheduler: str | None = None, log=None) -> list[Result]:
+          sandboxed: bool = True, scheduler=None, log=None, lesson_timeouts: dict[str, int] | None = None) -> list[Result]:
     """Autograde everything under submitted/<student>/<lesson>/, write feedback/, grades.csv and a report plot.
+    `lesson_timeouts` gives some lessons a cell timeout of their own (seconds), instead of `cell_timeout`.
 
     Workers execute and judge the submissions: `jobs` threads of this process, or the workers of the Dask
     cluster at `scheduler` (graders/cluster.py). This process is the only one that writes the gradebook,
@@ -180,10 +183,14 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
     if jobs > UID_BLOCK:
         raise ValueError(f"jobs must be at most {UID_BLOCK}, got {jobs}")
     course_lessons = lessons(root)
-    for lesson in course_lessons:  # records each lesson's grade cells in the gradebook
-        _check(nbgrader(root, "generate_assignment", lesson, "--force"), f"generate_assignment {lesson}")
-    results, tasks = _tasks(root, course_lessons, cell_timeout, submission_timeout, sandboxed)
     recorder = Recorder(root)
+    for lesson in course_lessons:  # records each lesson's grade cells in the gradebook
+        recorder.generate_assignment(lesson)
+    unknown = set(lesson_timeouts or {}) - set(course_lessons)
+    if unknown:
+        raise ValueError(f"lesson_timeouts names lessons the course does not have: {sorted(unknown)}")
+    timeouts = {lesson: (lesson_timeouts or {}).get(lesson, cell_timeout) for lesson in course_lessons}
+    results, tasks = _tasks(root, course_lessons, timeouts, submission_timeout, sandboxed)
     template = recorder.template()
     if scheduler is None:
         outcomes = _run_here(tasks, template, jobs, sandboxed, log)
@@ -203,7 +210,7 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
     return results
 
 
-def _tasks(root: Path, course_lessons: list[str], cell_timeout: int, submission_timeout: int, sandboxed: bool):
+def _tasks(root: Path, course_lessons: list[str], timeouts: dict[str, int], submission_timeout: int, sandboxed: bool):
     """The submissions to grade, and a Result for each that cannot be."""
     submitted = root / "submitted"
     students = sorted(d.name for d in submitted.iterdir() if d.is_dir()) if submitted.is_dir() else []
@@ -222,7 +229,7 @@ def _tasks(root: Path, course_lessons: list[str], cell_timeout: int, submission_
                 if isinstance(files, str):
                     results.append(Result(student, lesson, files))
                 else:
-                    tasks.append(Task(student, lesson, files, digest, sandboxed, cell_timeout, submission_timeout))
+                    tasks.append(Task(student, lesson, files, digest, sandboxed, timeouts[lesson], submission_timeout))
     return results, tasks
 
 
@@ -287,6 +294,7 @@ class Slots:
             self.groups[uid] = limits.JobGroups(f"course-grader-{uid}", limits.default_memory_bytes(jobs),
                                                 int(os.environ.get("GRADER_MAX_PROCESSES", "512"))).create() if sandboxed else None
             self.free.put(uid)
+        self.judges = {uid: JudgeServer(os.path.join(self.scratch, f"judge-{uid}.log")) for uid in self.groups}
 
     def describe(self) -> str:
         return next(iter(self.groups.values())).describe() if self.sandboxed else "unsandboxed"
@@ -299,6 +307,8 @@ class Slots:
         self.free.put(uid)
 
     def close(self) -> None:
+        for server in self.judges.values():
+            server.close()
         for job in filter(None, self.groups.values()):
             job.remove()
         self._lock.close()
@@ -437,7 +447,7 @@ def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict)
             if reason not in (KERNEL_DIED, KERNEL_HUNG) or cell is None or cell in skipped or len(skipped) >= MAX_CRASHES:
                 return Outcome("not graded: " + reason)
             skipped[cell] = reason
-        verdict = _judge(lesson, graded, verdicts, slots.memo, max(60.0, deadline - time.monotonic()))
+        verdict = _judge(slots.judges[uid], lesson, graded, verdicts, slots.memo, max(60.0, deadline - time.monotonic()))
         if "error" in verdict:
             return Outcome("not graded: the judge failed: " + verdict["error"].strip().splitlines()[-1][:200])
         flags = tuple(dict.fromkeys(verdict["flags"] + (_read_json(canaries) or [])))
@@ -454,17 +464,69 @@ def read_notebook_text(path: Path) -> str:
         return f.read()
 
 
-def _judge(lesson: str, graded: Path, out: str, memo: str | None, timeout: float) -> dict:
-    """Run graders/judge.py on the graded notebook (written by nbgrader, in a folder the jail never had)."""
+def _judge(server: "JudgeServer", lesson: str, graded: Path, out: str, memo: str | None, timeout: float) -> dict:
+    """graders/judge.py's verdicts on the graded notebook (written by nbgrader, in a folder the jail never had)."""
     solution = REPO / "solutions" / lesson / f"{lesson}.ipynb"
-    env = {**os.environ, "GRADER_JUDGE_MEMO": memo or ""}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    try:
-        proc = subprocess.run([sys.executable, "-m", "graders.judge", str(solution), str(graded), out], cwd=REPO,
-                              env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"it ran past {timeout:.0f} s"}
-    return _read_json(out) or {"error": f"it exited with {proc.returncode}: {proc.stderr[-500:]}"}
+    problem = server.judge(str(solution), str(graded), out, memo, timeout)
+    return _read_json(out) or {"error": problem or "it wrote no verdicts"}
+
+
+class JudgeServer:
+    """One grading slot's `python -m graders.judge --serve`: a process that never runs student code, forking a
+    fresh copy of itself per judgement (so Python, torch and the helpers are imported once per slot, not once
+    per submission). Started on first use, started again after it dies; a judgement past its time is killed."""
+
+    def __init__(self, stderr_path: str):
+        self.stderr_path, self.proc, self.replies = stderr_path, None, None
+
+    def _start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
+        with open(self.stderr_path, "ab") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "graders.judge", "--serve"], cwd=REPO, env=env, text=True,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        self.replies = queue.Queue()
+        threading.Thread(target=lambda out, q: [q.put(line) for line in out] + [q.put(None)],
+                         args=(self.proc.stdout, self.replies), daemon=True).start()
+
+    def judge(self, solution: str, graded: str, out: str, memo: str | None, timeout: float) -> str | None:
+        """Judge one notebook into `out`; None, or what went wrong."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        try:
+            self.proc.stdin.write(json.dumps({"solution": solution, "graded": graded, "out": out, "memo": memo}) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self.close()
+            return "the judge server exited"
+        try:
+            pid = int(self.replies.get(timeout=120).split()[1])  # the server is up once it answers
+        except (queue.Empty, AttributeError, IndexError, ValueError):
+            self.close()
+            return "the judge server did not answer"
+        try:
+            done = self.replies.get(timeout=timeout)
+        except queue.Empty:
+            done = None
+        if done is None:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            self.close()
+            return f"it ran past {timeout:.0f} s"
+        return None if done.split()[1:] == ["0"] else f"it exited with status {done.split()[1:]}: " + self._stderr_tail()
+
+    def _stderr_tail(self) -> str:
+        with contextlib.suppress(OSError), open(self.stderr_path, errors="replace") as f:
+            return f.read()[-500:]
+        return ""
+
+    def close(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
 
 
 def _read_json(path: str):
@@ -486,10 +548,19 @@ class Recorder:
 
         self.root = root
         self.db_url = f"sqlite:///{root / 'gradebook.db'}"
+        bin_dir = str(Path(sys.executable).parent)  # nbgrader runs `alembic` from PATH to create a gradebook
+        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         self.config = PyFileConfigLoader(CONFIG.name + ".py", path=str(CONFIG.parent)).load_config()
         self.config.CourseDirectory.root = str(root)
         self.coursedir = CourseDirectory(config=self.config)
         self.api = NbGraderAPI(coursedir=self.coursedir, config=self.config)
+
+    def generate_assignment(self, lesson: str) -> None:
+        """nbgrader generate_assignment, in this process: the lesson's cells into the gradebook (and notebooks/)."""
+        outcome = self.api.generate_assignment(lesson, force=True, create=True)
+        if not outcome.get("success"):
+            raise RuntimeError(f"generate_assignment {lesson} failed:\n{outcome.get('log', '')[-3000:]}\n{outcome.get('error', '')}")
 
     def template(self) -> bytes:
         """The gradebook with the lessons' cells and no students: each worker grades in a copy of it."""
