@@ -375,3 +375,54 @@ CASES = [
     Case("environment", edit("quiz", ENVIRONMENT), FULL, check=_environment_stays_outside),
     Case("elsewhere", edit("quiz", ELSEWHERE), FULL, check=_nothing_from_elsewhere),
 ]
+
+
+# The rest of the class graded with the corpus (tests/classroom.py): every lesson's solution, its released
+# notebook and the solution with one wrong answer, and correct answers that print warnings.
+LESSON_POINTS = {
+    LESSON: POINTS,
+    "02-ddp": {"shard_tests": 2, "loader_tests": 2, "average_tests": 2, "accumulate_tests": 3,
+               "checkpoint_tests": 2, "scaling_tests": 2, "worker_tests": 3, "quiz_tests": 2},
+    "03-amp": {"fp16_tests": 2, "predict_dtypes_tests": 2, "scaler_tests": 2, "activation_ratio_tests": 2,
+               "amp_step_tests": 3, "quiz_tests": 2},
+    "04-accelerate-tpu": {"convert_tests": 3, "gather_tests": 2, "trap_tests": 2, "compiles_tests": 2, "bucket_tests": 2,
+                          "spmd_tests": 2, "tpu_batch_tests": 2, "quiz_tests": 2},
+}
+
+
+def wrong_quiz(nb):
+    cell = _cell(nb, "quiz")
+    cell.source += '\nquiz["q2"] = {"a": "b", "b": "a", "fp16": "bf16", "bf16": "fp16"}[quiz["q2"]]\n'
+
+
+def _warning_answers_amp(nb):
+    """Correct answers that print warnings on stderr: numpy's overflow warning, a deprecated autocast spelling."""
+    from answers import ANSWERS
+
+    _cell(nb, "fp16").source = ANSWERS["03-amp"]["fp16"]["right"]["numpy cast (warns on overflow)"]
+    _cell(nb, "amp_step").source = ANSWERS["03-amp"]["amp_step"]["right"]["the deprecated CPU spelling (warns)"]
+
+
+def _warning_answer_dp(nb):
+    cell = _cell(nb, "split_sizes")
+    cell.source = "import warnings\n" + cell.source.replace(
+        "    rows = -(-batch_size // n_devices)", '    warnings.warn("a student\'s own warning")\n    rows = -(-batch_size // n_devices)', 1)
+
+
+# student -> {lesson: edit of the solution (None: the solution as is, "blank": the released notebook)}
+CLASS = {
+    "full": {lesson: None for lesson in LESSON_POINTS},
+    "blank": {lesson: "blank" for lesson in LESSON_POINTS},
+    "wrong_quiz": {lesson: wrong_quiz for lesson in LESSON_POINTS},
+    "warnings": {LESSON: _warning_answer_dp, "03-amp": _warning_answers_amp},
+}
+
+
+def write_class_submission(folder: Path, repo: Path, lesson: str, edit) -> None:
+    if edit == "blank":
+        _save(nbformat.read(repo / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4), folder, f"{lesson}.ipynb")
+        return
+    nb = nbformat.read(repo / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    if edit:
+        edit(nb)
+    _save(nb, folder, f"{lesson}.ipynb")

@@ -8,101 +8,57 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-import nbformat
 import psutil
 import pytest
 
-from corpus import LESSON, POINTS, _cell
-from graders import pipeline, sandbox
+from corpus import LESSON, wrong_quiz, write_class_submission
+from graders import sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SANDBOXED = sandbox.available() is None
 
 
-def _class(root: Path) -> dict:
-    """Two lesson-1 submissions: the solution, and the solution with a wrong quiz answer. -> expected points"""
-    shutil.copytree(REPO / "solutions", root / "solutions")
-    wrong = nbformat.read(REPO / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
-    _cell(wrong, "quiz").source += '\nquiz["q2"] = {"a": "b", "b": "a", "fp16": "bf16", "bf16": "fp16"}[quiz["q2"]]\n'
-    for student, nb in (("ada", None), ("bob", wrong)):
-        folder = root / "submitted" / student / LESSON
-        folder.mkdir(parents=True)
-        if nb is None:
-            shutil.copy(REPO / "solutions" / LESSON / f"{LESSON}.ipynb", folder)
-        else:
-            nbformat.write(nb, folder / f"{LESSON}.ipynb")
-    return {"ada": POINTS, "bob": {**POINTS, "quiz_tests": 0}}
-
-
-def _grades(root: Path) -> dict:
-    with open(root / "grades.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == len({(r["student"], r["lesson"]) for r in rows}), "a submission recorded twice"
-    return {r["student"]: {k: float(r[f"{LESSON}:{k}"]) for k in POINTS} for r in rows if r["status"] == "graded"}
-
-
 def _gradebook_submissions(root: Path) -> list:
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        return sorted((s.student.id, s.assignment.name) for s in gb.assignment_submissions(LESSON))
+        return sorted((s.student.id, s.assignment.name) for a in gb.assignments for s in gb.assignment_submissions(a.name))
 
 
-def _kill_a_busy_worker(client, killed: dict) -> None:
-    """Once a worker runs nbgrader for a submission, kill the worker process (SIGKILL, no goodbye)."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        pids = client.run(os.getpid)
-        for address, keys in client.processing().items():
-            if not keys or address not in pids:
-                continue
-            worker = psutil.Process(pids[address])
-            children = worker.children(recursive=True)
-            if any("nbgrader" in " ".join(c.cmdline()) for c in children if c.is_running()):
-                time.sleep(2)  # mid-submission: its kernel is running cells
-                killed.update(pid=worker.pid, key=keys[0], children=worker.children(recursive=True))
-                os.kill(worker.pid, signal.SIGKILL)
-                return
-        time.sleep(0.2)
-
-
-def test_a_class_on_a_local_cluster_survives_a_killed_worker_and_regrades_the_same(tmp_path):
-    """Two worker processes over TCP; one dies mid-submission. The submission is graded again elsewhere, each
-    grade is recorded once, by the coordinator alone; then the README's scheduler and worker commands grade
-    the class again, with the same grades."""
-    from distributed import Client, LocalCluster
-
-    expected = _class(tmp_path)
-    lines = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, protocol="tcp://",
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        killed = {}
-        killer = threading.Thread(target=_kill_a_busy_worker, args=(client, killed), daemon=True)
-        killer.start()
-        results = pipeline.grade(tmp_path, cell_timeout=120, submission_timeout=600, sandboxed=SANDBOXED,
-                                 scheduler=client, log=lines.append)
-        killer.join(timeout=5)
+def test_a_worker_killed_mid_submission_costs_a_retry_elsewhere(graded_class):
+    """The session's class was graded by two worker processes over TCP, one of which was killed mid-submission:
+    that submission was graded again by another worker, recorded once, by the coordinator alone; the killed
+    worker's nbgrader and kernel did not keep running."""
+    killed = graded_class.killed
     assert killed, "no worker was caught mid-submission"
-    assert all(r.status == "graded" for r in results), [r.status for r in results]
-    assert _grades(tmp_path) == expected
-    assert _gradebook_submissions(tmp_path) == [("ada", LESSON), ("bob", LESSON)]
-    student = re.match(r"grade-(\w+)-", killed["key"]).group(1)
-    regraded = next(line for line in lines if f"] {student} " in line)
+    student, lesson = re.match(r"grade-(.+)-(\d\d-[a-z-]+)-\w+$", killed["key"]).groups()
+    assert graded_class.results[student, lesson].status.startswith("graded"), graded_class.results[student, lesson].status
+    regraded = next(line for line in graded_class.log if f"] {student} " in line and lesson in line)
     assert f":{killed['pid']})" not in regraded, "the killed worker's submission was graded by another worker"
     assert not _still_running(killed["children"]), "the killed worker's nbgrader and kernel kept running"
-    assert (tmp_path / "feedback" / "bob" / LESSON / f"{LESSON}.html").is_file()
-    assert not list(tmp_path.glob("autograded/*/*/.*.recording")), "a partial write was left behind"
+    graded = sorted(key for key, r in graded_class.results.items() if r.status.startswith("graded"))
+    assert _gradebook_submissions(graded_class.root) == graded, "each graded submission recorded exactly once"
+    assert not list(graded_class.root.glob("autograded/*/*/.*.recording")), "a partial write was left behind"
 
-    first = (tmp_path / "grades.csv").read_text()
+
+def test_the_readme_commands_grade_on_a_scheduler_and_worker_the_same(graded_class, tmp_path):
+    """The README's three commands as written (this machine as coordinator and worker) grade a submission of the
+    session's class again, in another course root: the same grade."""
+    shutil.copytree(REPO / "solutions", tmp_path / "solutions")
+    folder = tmp_path / "submitted" / "wrong_quiz" / LESSON
+    folder.mkdir(parents=True)
+    write_class_submission(folder, REPO, LESSON, wrong_quiz)
     _grade_with_the_readme_commands(tmp_path)
-    assert _grades(tmp_path) == expected
-    assert _gradebook_submissions(tmp_path) == [("ada", LESSON), ("bob", LESSON)]
-    assert _without_seconds(first) == _without_seconds((tmp_path / "grades.csv").read_text())
+    with open(tmp_path / "grades.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    before = graded_class.rows["wrong_quiz", LESSON]
+    assert row["status"] == "graded"
+    assert {k: row[k] for k in row if k != "seconds"} == {k: before[k] for k in row if k != "seconds"}
+    assert _gradebook_submissions(tmp_path) == [("wrong_quiz", LESSON)]
 
 
 def _still_running(processes: list, wait: float = 10) -> list:
@@ -112,11 +68,6 @@ def _still_running(processes: list, wait: float = 10) -> list:
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.2)
-
-
-def _without_seconds(text: str) -> list:
-    rows = list(csv.DictReader(text.splitlines()))
-    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
 
 
 def _readme_commands() -> list[str]:

@@ -1,180 +1,103 @@
-"""Grading end to end: a class of submissions, good, blank, wrong, broken and crashing, in one batch."""
+"""Grading end to end: a class of submissions, good, blank, wrong, broken and crashing, in one batch
+(tests/classroom.py's class, graded once for the session on a Dask LocalCluster with a worker killed)."""
 
 import csv
 import html
 import re
-import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from corpus import LESSON, POINTS as LESSON1_POINTS, _cell
+from corpus import CLASS, LESSON, LESSON_POINTS as POINTS, _cell
 from graders import pipeline, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
-# Above the slowest cell of any lesson with two jobs sharing two cores (lesson 4's XLA cells: ~15 s alone),
-# or a correct solution would lose points to the timeout; the infinite loop pays it once.
-CELL_TIMEOUT = 120
-POINTS = {
-    LESSON: LESSON1_POINTS,
-    "02-ddp": {"shard_tests": 2, "loader_tests": 2, "average_tests": 2, "accumulate_tests": 3,
-               "checkpoint_tests": 2, "scaling_tests": 2, "worker_tests": 3, "quiz_tests": 2},
-    "03-amp": {"fp16_tests": 2, "predict_dtypes_tests": 2, "scaler_tests": 2, "activation_ratio_tests": 2,
-               "amp_step_tests": 3, "quiz_tests": 2},
-    "04-accelerate-tpu": {"convert_tests": 3, "gather_tests": 2, "trap_tests": 2, "compiles_tests": 2, "bucket_tests": 2,
-                          "spmd_tests": 2, "tpu_batch_tests": 2, "quiz_tests": 2},
-}
+# Lesson-1 cases of the corpus (tests/corpus.py) that this file checks too, when the sandbox lets the corpus run.
+CORPUS_CASES = ("syntax_error", "infinite_loop", "deleted_test_cell", "os_exit")
+needs_corpus = pytest.mark.skipif(sandbox.available() is not None, reason="the corpus is graded only in the sandbox")
 
 
 def _solution(lesson=LESSON):
     return nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
 
 
-def _wrong_quiz(nb):
-    cell = _cell(nb, "quiz")
-    cell.source += '\nquiz["q2"] = {"a": "b", "b": "a", "fp16": "bf16", "bf16": "fp16"}[quiz["q2"]]\n'
-
-
-def _syntax_error(nb):
-    _cell(nb, "device_samples").source = "def device_samples(batch_size, n_devices, device:\n    return []\n"
-
-
-def _infinite_loop(nb):
-    cell = _cell(nb, "split_sizes")
-    cell.source = "while True:\n    pass\n" + cell.source
-
-
-def _deleted_test_cell(nb):
-    nb.cells.remove(_cell(nb, "quiz_tests"))
-
-
-def _kernel_crash(nb):
-    cell = _cell(nb, "device_samples")
-    cell.source = "import os\nos._exit(1)\n" + cell.source
-
-
-def _warning_answers_amp(nb):
-    """Correct answers that print warnings on stderr: numpy's overflow warning, a deprecated autocast spelling."""
-    from answers import ANSWERS
-
-    _cell(nb, "fp16").source = ANSWERS["03-amp"]["fp16"]["right"]["numpy cast (warns on overflow)"]
-    _cell(nb, "amp_step").source = ANSWERS["03-amp"]["amp_step"]["right"]["the deprecated CPU spelling (warns)"]
-
-
-def _warning_answer_dp(nb):
-    cell = _cell(nb, "split_sizes")
-    cell.source = "import warnings\n" + cell.source.replace(
-        "    rows = -(-batch_size // n_devices)", '    warnings.warn("a student\'s own warning")\n    rows = -(-batch_size // n_devices)', 1)
-
-
-# student -> {lesson: edit of the solution (None: the solution as is, "blank": the released notebook)}
-SUBMISSIONS = {
-    "full": {lesson: None for lesson in POINTS},
-    "blank": {lesson: "blank" for lesson in POINTS},
-    "wrong_quiz": {lesson: _wrong_quiz for lesson in POINTS},
-    "syntax_error": {LESSON: _syntax_error},
-    "infinite_loop": {LESSON: _infinite_loop},
-    "deleted_test_cell": {LESSON: _deleted_test_cell},
-    "kernel_crash": {LESSON: _kernel_crash},
-    "warnings": {LESSON: _warning_answer_dp, "03-amp": _warning_answers_amp},
-}
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("course")
-    shutil.copytree(REPO / "solutions", root / "solutions")
-    for student, lessons in SUBMISSIONS.items():
-        for lesson, edit in lessons.items():
-            folder = root / "submitted" / student / lesson
-            folder.mkdir(parents=True)
-            if edit == "blank":
-                shutil.copy(REPO / "notebooks" / lesson / f"{lesson}.ipynb", folder)
-                continue
-            nb = _solution(lesson)
-            if edit:
-                edit(nb)
-            nbformat.write(nb, folder / f"{lesson}.ipynb")
-    results = pipeline.grade(root, cell_timeout=CELL_TIMEOUT, submission_timeout=900, jobs=2, sandboxed=sandbox.available() is None)
-    with open(root / "grades.csv") as f:
-        rows = {(row["student"], row["lesson"]): row for row in csv.DictReader(f)}
-    return root, {(r.student, r.lesson): r for r in results}, rows
-
-
 def _points(row, lesson=LESSON):
     return {k: float(row[f"{lesson}:{k}"]) for k in POINTS[lesson]}
 
 
-def test_every_submission_has_a_row(graded):
-    _, results, rows = graded
-    assert set(rows) == {(student, lesson) for student, lessons in SUBMISSIONS.items() for lesson in lessons}
+def test_every_submission_has_a_row(graded_class):
+    rows = graded_class.rows
+    expected = {(student, lesson) for student, lessons in CLASS.items() for lesson in lessons}
+    assert expected <= set(rows)
+    with open(graded_class.root / "grades.csv") as f:
+        keys = [(row["student"], row["lesson"]) for row in csv.DictReader(f)]
+    assert len(keys) == len(set(keys)) == len(graded_class.results), "one row per submission, none twice"
     for (student, lesson), row in rows.items():
         assert float(row["max_score"]) == sum(POINTS[lesson].values())
 
 
-def test_no_honest_submission_is_flagged(graded):
+def test_no_honest_submission_is_flagged(graded_class):
     """Solutions, blank and wrong answers, crashes, hangs and warnings of every lesson: none changed its kernel."""
-    _, _, rows = graded
-    assert {key: row["flags"] for key, row in rows.items() if row["flags"]} == {}
+    honest = [(s, l) for s, lessons in CLASS.items() for l in lessons] + [(name, LESSON) for name in CORPUS_CASES]
+    assert {key: graded_class.rows[key]["flags"] for key in honest if key in graded_class.rows
+            and graded_class.rows[key]["flags"]} == {}
 
 
 @pytest.mark.parametrize("lesson", POINTS)
-def test_solution_scores_full_marks(graded, lesson):
-    _, _, rows = graded
+def test_solution_scores_full_marks(graded_class, lesson):
+    rows = graded_class.rows
     assert _points(rows["full", lesson], lesson) == POINTS[lesson]
     assert float(rows["full", lesson]["score"]) == sum(POINTS[lesson].values())
 
 
 @pytest.mark.parametrize("lesson", POINTS)
-def test_untouched_student_notebook_scores_zero(graded, lesson):
-    _, results, rows = graded
-    assert results["blank", lesson].status == "graded" and float(rows["blank", lesson]["score"]) == 0
+def test_untouched_student_notebook_scores_zero(graded_class, lesson):
+    assert graded_class.results["blank", lesson].status == "graded"
+    assert float(graded_class.rows["blank", lesson]["score"]) == 0
 
 
 @pytest.mark.parametrize("lesson", POINTS)
-def test_one_wrong_answer_loses_exactly_its_points(graded, lesson):
-    _, _, rows = graded
-    assert _points(rows["wrong_quiz", lesson], lesson) == {**POINTS[lesson], "quiz_tests": 0}
+def test_one_wrong_answer_loses_exactly_its_points(graded_class, lesson):
+    assert _points(graded_class.rows["wrong_quiz", lesson], lesson) == {**POINTS[lesson], "quiz_tests": 0}
 
 
 @pytest.mark.parametrize("lesson", [LESSON, "03-amp"])
-def test_a_warning_on_stderr_costs_nothing(graded, lesson):
+def test_a_warning_on_stderr_costs_nothing(graded_class, lesson):
     """nbgrader alone scores a test cell 0 when anything reached stderr: a correct answer that warned lost its points."""
-    _, results, rows = graded
-    assert results["warnings", lesson].status == "graded"
-    assert _points(rows["warnings", lesson], lesson) == POINTS[lesson]
-    graded_notebook = (graded[0] / "autograded" / "warnings" / lesson / f"{lesson}.ipynb").read_text()
+    assert graded_class.results["warnings", lesson].status == "graded"
+    assert _points(graded_class.rows["warnings", lesson], lesson) == POINTS[lesson]
+    graded_notebook = (graded_class.root / "autograded" / "warnings" / lesson / f"{lesson}.ipynb").read_text()
     assert "warnings do not change the grade" in graded_notebook, "the warning stays visible to the instructor"
 
 
-def test_syntax_error_costs_only_that_exercise(graded):
-    _, _, rows = graded
-    assert _points(rows["syntax_error", LESSON]) == {**POINTS[LESSON], "device_samples_tests": 0}
+@needs_corpus
+def test_syntax_error_costs_only_that_exercise(graded_class):
+    assert _points(graded_class.rows["syntax_error", LESSON]) == {**POINTS[LESSON], "device_samples_tests": 0}
 
 
-def test_infinite_loop_times_out_that_cell_only(graded):
-    _, _, rows = graded
-    assert _points(rows["infinite_loop", LESSON]) == {**POINTS[LESSON], "split_sizes_tests": 0}
+@needs_corpus
+def test_infinite_loop_times_out_that_cell_only(graded_class):
+    assert _points(graded_class.rows["infinite_loop", LESSON]) == {**POINTS[LESSON], "split_sizes_tests": 0}
 
 
-def test_deleted_test_cell_is_restored_and_run(graded):
-    root, _, rows = graded
-    assert _points(rows["deleted_test_cell", LESSON]) == POINTS[LESSON]
-    restored = nbformat.read(root / "autograded" / "deleted_test_cell" / LESSON / f"{LESSON}.ipynb", as_version=4)
+@needs_corpus
+def test_deleted_test_cell_is_restored_and_run(graded_class):
+    assert _points(graded_class.rows["deleted_test_cell", LESSON]) == POINTS[LESSON]
+    restored = nbformat.read(graded_class.root / "autograded" / "deleted_test_cell" / LESSON / f"{LESSON}.ipynb", as_version=4)
     assert _cell(restored, "quiz_tests")
 
 
-def test_kernel_crash_costs_only_the_cell_that_caused_it(graded):
-    _, results, rows = graded
-    assert results["kernel_crash", LESSON].status.startswith("graded (cell")
-    assert _points(rows["kernel_crash", LESSON]) == {**POINTS[LESSON], "device_samples_tests": 0}
-    assert results["full", LESSON].status == "graded"
+@needs_corpus
+def test_kernel_crash_costs_only_the_cell_that_caused_it(graded_class):
+    assert graded_class.results["os_exit", LESSON].status.startswith("graded (cell")
+    assert _points(graded_class.rows["os_exit", LESSON]) == {**POINTS[LESSON], "device_samples_tests": 0}
+    assert graded_class.results["full", LESSON].status == "graded"
 
 
 @pytest.mark.parametrize("lesson", POINTS)
-def test_feedback_hides_the_hidden_tests(graded, lesson):
-    root, _, _ = graded
+def test_feedback_hides_the_hidden_tests(graded_class, lesson):
+    root = graded_class.root
     cells = [c.source for c in _solution(lesson).cells]
     regions = [s.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0] for s in cells if "BEGIN HIDDEN" in s]
     public = {line.strip() for s in cells for line in s.split("### BEGIN HIDDEN TESTS")[0].splitlines()}
@@ -189,6 +112,8 @@ def test_feedback_hides_the_hidden_tests(graded, lesson):
         assert visible in lines, "visible tests stay visible"
         for line in hidden:
             assert line not in lines, line
+    wrong = (root / "feedback" / "wrong_quiz" / lesson / f"{lesson}.html").read_text()
+    assert "A test in this cell failed." in wrong and "The tests in this cell passed." in wrong
 
 
 def test_retries_share_one_time_limit(tmp_path, monkeypatch):
