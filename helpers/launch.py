@@ -38,6 +38,9 @@ from ._validate import positive_int, positive_number, str_dict
 from .hardware import cpu_cores
 
 STOP_GRACE_S = 3.0
+# Imported once by the fork server, not by every rank of every launch. torch._dynamo (with sympy,
+# triton, ...) is what DDP and Accelerate import when they first wrap a model: a second or more per rank.
+FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "helpers.launch"]
 
 
 class WorkerFailed(RuntimeError):
@@ -121,7 +124,7 @@ def _context():
     # CUDA, once initialised, does not survive one either. Elsewhere (macOS, Windows), spawn.
     if sys.platform.startswith("linux"):
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "helpers.launch"])
+        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
         return ctx
     return mp.get_context("spawn")
 

@@ -1,6 +1,7 @@
 """The multi-process launcher: results, failures, timeouts, re-launching."""
 
 import os
+import sys
 import time
 
 import pytest
@@ -46,6 +47,20 @@ def test_results_come_back_in_rank_order_from_separate_processes():
 def test_relaunching_works_every_time():
     for _ in range(3):
         assert [r["sum"] for r in launch.launch(rank_sum, 2, args=(0,))] == [1.0, 1.0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork server on Linux only: elsewhere, spawn")
+def test_ranks_start_with_what_ddp_imports_already_imported():
+    """DDP and Accelerate import torch._dynamo (sympy, triton...) when they first wrap a model: the fork
+    server has, so a rank does not spend a second or more on it at every launch."""
+
+    def imported(rank, world_size):
+        import sys
+
+        return "torch._dynamo" in sys.modules
+
+    assert launch.launch(imported, 2) == [True, True]
+    assert "torch._dynamo" in launch.FORKSERVER_PRELOAD
 
 
 def test_a_notebook_style_closure_is_shipped_by_value():
