@@ -6,29 +6,42 @@ has not yet run a multi-threaded op (GNU OpenMP's thread pool does not survive a
 
 If a job fails, or the caller is interrupted (Jupyter's stop button), every process still running
 is killed at once, so the kernel answers again right away.
+
+A `ForkServer` saves the start-up: a process that imported the slow modules once (torch_xla takes
+seconds) forks a child per job. The child has imported them but has run nothing (no device, no
+graph, no thread pool yet): as fresh, for those settings, as a new process.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import traceback
+from multiprocessing.connection import Connection, wait
 
 import cloudpickle
 
 from ._validate import boolean, positive_int, positive_number, str_dict
 
+SERVER_START_TIMEOUT_S = 300
 
-def run(fn, *args, env: dict | None = None, timeout_s: float = 300, with_log: bool = False, **kwargs):
-    """`fn(*args, **kwargs)` in a fresh process (with `env` added to this one's environment).
-    With `with_log=True`: `(result, what the process wrote on stderr)`."""
+
+def run(fn, *args, env: dict | None = None, timeout_s: float = 300, with_log: bool = False,
+        server: ForkServer | None = None, **kwargs):
+    """`fn(*args, **kwargs)` in a fresh process (with `env` added to this one's environment), or in a child
+    forked by `server`. With `with_log=True`: `(result, what the process wrote on stderr)`."""
     boolean("with_log", with_log)
+    if server is not None and not isinstance(server, ForkServer):
+        raise ValueError(f"server must be a ForkServer or None, got {type(server).__name__}")
     children = _Children()
     try:
-        value, log = _run(fn, args, kwargs, env, timeout_s, children)
+        value, log = _run(fn, args, kwargs, env, timeout_s, children, server)
         return (value, log) if with_log else value
     finally:
         children.stop()
@@ -79,7 +92,7 @@ class _Children:
                 proc.kill()  # a no-op for one that has exited
 
 
-def _run(fn, args, kwargs, env, timeout_s: float, children: _Children):
+def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: ForkServer | None = None):
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
     positive_number("timeout_s", timeout_s)
@@ -88,20 +101,100 @@ def _run(fn, args, kwargs, env, timeout_s: float, children: _Children):
         job, result = os.path.join(folder, "job.pkl"), os.path.join(folder, "result.pkl")
         with open(job, "wb") as f:
             cloudpickle.dump((fn, args, kwargs), f)
-        proc = children.start([sys.executable, "-m", "helpers.fresh", job, result], {**os.environ, **env})
-        try:
-            _, stderr = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            raise TimeoutError(f"the process ran past timeout_s={timeout_s} s and was stopped") from None
+        if server is None:
+            code, stderr = _start_fresh(job, result, env, timeout_s, children)
+        else:
+            code, stderr = server.run(job, result, env, timeout_s)
         if not os.path.exists(result):
-            raise RuntimeError(f"the process exited with code {proc.returncode}:\n{stderr[-3000:]}")
+            raise RuntimeError(f"the process exited with code {code}:\n{stderr[-3000:]}")
         with open(result, "rb") as f:
             ok, value = cloudpickle.load(f)
     if not ok:
         raise RuntimeError(f"in the fresh process:\n{value}")
     return value, stderr
+
+
+def _start_fresh(job: str, result: str, env: dict, timeout_s: float, children: _Children) -> tuple[int, str]:
+    """Run the job in a new Python process: (its exit code, what it wrote on stderr)."""
+    proc = children.start([sys.executable, "-m", "helpers.fresh", job, result], {**os.environ, **env})
+    try:
+        _, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise _timeout(timeout_s) from None
+    return proc.returncode, stderr
+
+
+def _timeout(timeout_s: float) -> TimeoutError:
+    return TimeoutError(f"the process ran past timeout_s={timeout_s} s and was stopped")
+
+
+class ForkServer:
+    """A process that imported `modules` once (with `env` added to this one's environment) and forks a
+    child per job, one job at a time: a job then starts in a fraction of a second, not in the seconds
+    those imports take. A child's environment is the server's (this one's when the server started, with
+    what the imports set) plus the job's `env`. The server starts at the first job. A timeout or an
+    interrupt kills it with its child (it runs in a session of its own); the next job starts a new one."""
+
+    def __init__(self, modules, env: dict | None = None):
+        if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) and m for m in modules):
+            raise ValueError(f"modules must be a list of module names, got {modules!r}")
+        self.modules = list(modules)
+        self.env = str_dict("env", env)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+
+    def run(self, job: str, result: str, env: dict, timeout_s: float) -> tuple[int, str]:
+        """Fork a child that runs the job with `env` added: (its exit code, what it wrote on stderr)."""
+        with self._lock, tempfile.NamedTemporaryFile("r", suffix=".log", errors="replace") as log:
+            try:
+                conn = self._connection()
+                conn.send((job, result, log.name, env))
+                if not conn.poll(timeout_s):
+                    raise _timeout(timeout_s)
+                return _receive(conn, self._proc), log.read()
+            except BaseException:
+                self.stop()
+                raise
+
+    def stop(self) -> None:
+        """Kill the server and the child it runs (nothing when it is not running)."""
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._proc.wait()
+        self._conn.close()
+        self._proc = self._conn = None
+
+    def _connection(self) -> Connection:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._conn
+        self.stop()
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "helpers.fresh", "--serve", str(theirs.fileno()), *self.modules],
+                pass_fds=[theirs.fileno()], env={**os.environ, **self.env}, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self._conn = Connection(ours.detach())
+        if not self._conn.poll(SERVER_START_TIMEOUT_S):
+            raise RuntimeError(f"the fork server did not import {self.modules} within {SERVER_START_TIMEOUT_S} s")
+        problem = _receive(self._conn, self._proc)
+        if problem is not None:
+            raise RuntimeError(f"the fork server could not start:\n{problem}")
+        return self._conn
+
+
+def _receive(conn: Connection, server: subprocess.Popen):
+    try:
+        return conn.recv()
+    except EOFError:
+        raise RuntimeError(f"the fork server exited with code {server.wait()}") from None
 
 
 def _child(job: str, result: str) -> None:
@@ -115,5 +208,63 @@ def _child(job: str, result: str) -> None:
         cloudpickle.dump(outcome, f)
 
 
+def _serve(fd: int, modules: list[str]) -> None:
+    """The fork server: import `modules`, then for each job received fork a child and answer its exit code."""
+    conn = Connection(fd)
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    except BaseException:
+        conn.send(traceback.format_exc())
+        return
+    conn.send(None)
+    while True:
+        try:
+            job, result, log, env = conn.recv()
+        except EOFError:  # the caller has gone
+            return
+        pid = os.fork()
+        if pid == 0:
+            conn.close()
+            _forked_child(job, result, log, env)
+        code = _wait(pid, conn)
+        if code is None:  # the caller has gone (killed, say), and the child with it
+            return
+        conn.send(code)
+
+
+def _wait(pid: int, conn: Connection) -> int | None:
+    """The exit code of child `pid`, or None when the caller hangs up first: the child is then killed."""
+    if hasattr(os, "pidfd_open"):  # Linux: a descriptor that turns readable when the child exits
+        exited = os.pidfd_open(pid)
+        try:
+            if conn in wait([conn, exited]):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return None
+        finally:
+            os.close(exited)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _forked_child(job: str, result: str, log: str, env: dict) -> None:
+    code = 1
+    try:
+        os.environ.update(env)
+        with open(log, "w") as f:
+            os.dup2(f.fileno(), 2)  # stderr, Python's and XLA's, goes to the caller's log
+        _child(job, result)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    _child(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--serve":
+        _serve(int(sys.argv[2]), sys.argv[3:])
+        os._exit(0)  # at once: the modules' exit handlers have nothing to clean up in a server that ran nothing
+    else:
+        _child(sys.argv[1], sys.argv[2])

@@ -4,7 +4,10 @@ unless COURSE_XLA_CPU_DEVICES says otherwise; 1 is the shape of Colab's TPU v5e-
 
 XLA experiments run in a fresh Python process (`run`): torch_xla reads its settings
 (PJRT_DEVICE, CPU_NUM_DEVICES, SPMD mode) once per process, and importing it where Accelerate
-lives makes Accelerate pick `xla:0`. The functions below the runner are what those processes do.
+lives makes Accelerate pick `xla:0`. On XLA:CPU (no TPU here) that process is forked from a server
+that imported torch_xla once (`fresh.ForkServer`): it starts in a fraction of a second, and its
+runtime, devices and graph cache are still its own. The functions below the runner are what those
+processes do.
 """
 
 from __future__ import annotations
@@ -43,13 +46,24 @@ def _env(n_devices, virtual):
     return {**environment(n_devices, virtual), "TF_CPP_MIN_LOG_LEVEL": "1", "GRPC_VERBOSITY": "ERROR"}  # warnings stay in the log
 
 
+# XLA:CPU's fork server: torch_xla imported once, with the settings it reads on import; each job's
+# CPU_NUM_DEVICES is read when its child first asks for a device. Never on a TPU machine: there
+# torch_xla configures the TPU on import, and every job starts afresh.
+CPU_SERVER = fresh.ForkServer(
+    ["torch", "torch_xla", "torch_xla.runtime", "torch_xla.core.xla_model", "torch_xla.debug.metrics",
+     "torch_xla.distributed.spmd", "helpers.xla"],
+    env={"PJRT_DEVICE": "CPU", "TF_CPP_MIN_LOG_LEVEL": "1", "GRPC_VERBOSITY": "ERROR"})
+
+
 def run(fn, *args, n_devices: int | None = None, virtual: bool = False, timeout_s: float = 300,
         with_log: bool = False, **kwargs):
     """Run `fn(*args, **kwargs)` in a fresh process on XLA devices and return its result
     (with `with_log=True`, also what XLA logged on stderr)."""
     if not available():
         raise XLAUnavailable(MISSING)
-    return fresh.run(fn, *args, env=_env(n_devices, virtual), timeout_s=timeout_s, with_log=with_log, **kwargs)
+    env = _env(n_devices, virtual)
+    server = CPU_SERVER if env["PJRT_DEVICE"] == "CPU" and not hardware.tpu_present() else None
+    return fresh.run(fn, *args, env=env, timeout_s=timeout_s, with_log=with_log, server=server, **kwargs)
 
 
 def run_many(jobs, n_devices: int | None = None, virtual: bool = False, timeout_s: float = 300) -> list:
@@ -123,6 +137,17 @@ def count_compiles(batch_sizes, lengths=None, optimizer: str = "sgd", item_every
     xm.wait_device_ops()
     return {"compiles": _metric_count("CompileTime"), "executions": _metric_count("ExecuteTime"),
             "step_seconds": seconds, "losses": losses}
+
+
+def count_compiles_each(experiments) -> list[dict]:
+    """`count_compiles(**experiment)` for each experiment (a dict of its arguments), one after the other in
+    this process: one torch_xla start-up for all. The graph cache lives as long as the process, so each
+    experiment gets a feature size of its own (8, 9, 10, ...) and finds none of the others' graphs."""
+    if not isinstance(experiments, (list, tuple)) or not all(
+            isinstance(e, dict) and "features" not in e for e in experiments):
+        raise ValueError(f"experiments must be a list of dicts of count_compiles' arguments, without features; "
+                         f"got {experiments!r}")
+    return [count_compiles(**experiment, features=8 + i) for i, experiment in enumerate(experiments)]
 
 
 def spmd_data_parallel(steps: int = 5, batch: int = 64, shard=None, seed: int = 0) -> dict:

@@ -1,5 +1,6 @@
 """Lesson 4, part B: torch_xla on virtual XLA:CPU devices, and Lightning's automatic sampler."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -7,7 +8,7 @@ import time
 
 import pytest
 
-from helpers import ddp, lightning_demo, xla
+from helpers import ddp, fresh, lightning_demo, xla
 
 needs_xla = pytest.mark.skipif(not xla.available(), reason="torch_xla is not installed")
 
@@ -18,6 +19,27 @@ def test_virtual_devices():
     assert info["device_type"] in ("CPU", "TPU") and info["first"] == "xla:0"
     if info["device_type"] == "CPU":
         assert info["devices"] == 4
+
+
+@needs_xla
+def test_each_run_on_xla_cpu_is_a_child_of_the_fork_server_with_settings_of_its_own():
+    if xla.environment()["PJRT_DEVICE"] != "CPU":
+        pytest.skip("on a TPU every run starts afresh")
+    first, second = xla.run(os.getppid), xla.run(os.getppid)
+    assert first == second == xla.CPU_SERVER._proc.pid
+    assert [xla.run(xla.device_summary, n_devices=n, virtual=True)["devices"] for n in (2, 4, 2)] == [2, 4, 2]
+
+
+@needs_xla
+def test_compiles_each_equals_one_process_per_experiment():
+    experiments = [dict(batch_sizes=[8] * 4), dict(batch_sizes=[8] * 3 + [4]), dict(batch_sizes=[8] * 4, optimizer="adam")]
+    alone = xla.run_many((xla.count_compiles, (), kw) for kw in experiments)
+    together = xla.run(xla.count_compiles_each, experiments)
+    assert [r["compiles"] for r in together] == [r["compiles"] for r in alone] == [1, 2, 2]
+    assert [r["executions"] for r in together] == [r["executions"] for r in alone]
+    for bad in ([dict(batch_sizes=[8], features=4)], dict(batch_sizes=[8]), ["batch_sizes"]):
+        with pytest.raises(ValueError, match="experiments"):
+            xla.count_compiles_each(bad)
 
 
 @needs_xla
@@ -141,3 +163,113 @@ def test_lightning_demo_rejects_bad_arguments():
 def test_shardings_rejects_bad_arguments(meshes, shard):
     with pytest.raises(ValueError, match="meshes|shard"):
         xla.shardings(meshes, shard)
+
+
+# ---- the fork server behind xla.run ------------------------------------------------------------
+
+
+@pytest.fixture
+def server():
+    s = fresh.ForkServer(["json"])
+    yield s
+    s.stop()
+
+
+def test_the_fork_server_forks_a_child_per_job_with_its_environment(server):
+    pids = [fresh.run(os.getpid, server=server) for _ in range(2)]
+    assert len(set(pids)) == 2 and server._proc.pid not in pids
+    assert fresh.run(os.getppid, server=server) == server._proc.pid
+    setting = lambda: os.environ.get("COURSE_TEST")  # noqa: E731 (shipped by value: the child's own os.environ)
+    assert fresh.run(setting, env={"COURSE_TEST": "yes"}, server=server) == "yes"
+    assert fresh.run(setting, server=server) is None  # one job's settings stay in its child
+
+    def leave_a_mark():
+        import json
+        json.course_mark = True
+        return True
+
+    assert fresh.run(leave_a_mark, server=server)
+    assert not fresh.run(lambda: hasattr(__import__("json"), "course_mark"), server=server)
+
+
+def test_the_fork_server_gives_back_errors_logs_and_exit_codes(server):
+    def warn():
+        print("to the log", file=sys.stderr)
+        return 1
+
+    assert fresh.run(warn, server=server, with_log=True) == (1, "to the log\n")
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fresh.run(lambda: 1 / 0, server=server)
+    with pytest.raises(RuntimeError, match="exited with code 3"):
+        fresh.run(os._exit, 3, server=server)
+
+
+def test_a_timeout_stops_the_fork_server_and_the_next_job_starts_another(server):
+    fresh.run(int, server=server)
+    first = server._proc.pid
+    with pytest.raises(TimeoutError, match="timeout_s=2"):
+        fresh.run(time.sleep, 60, timeout_s=2, server=server)
+    assert server._proc is None
+    assert fresh.run(os.getppid, server=server) != first
+
+
+def test_a_fork_server_that_cannot_import_says_so():
+    s = fresh.ForkServer(["no_such_module_of_the_course"])
+    with pytest.raises(RuntimeError, match="could not start(.|\n)*no_such_module_of_the_course"):
+        fresh.run(int, server=s)
+
+
+def test_fork_server_bad_arguments():
+    with pytest.raises(ValueError, match="modules"):
+        fresh.ForkServer("torch_xla")
+    with pytest.raises(ValueError, match="env"):
+        fresh.ForkServer(["json"], env={"A": 1})
+    with pytest.raises(ValueError, match="server"):
+        fresh.run(int, server="a server")
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the server watches its caller through a pidfd (Linux)")
+@pytest.mark.parametrize("how", ["interrupt", "kill"])
+def test_an_interrupted_or_killed_caller_takes_the_server_and_its_child_along(tmp_path, how):
+    """Jupyter's stop button interrupts the kernel; a restart kills it. Either way the job's child must
+    not run on: the server lives in a session of its own, out of reach of the kernel's process group."""
+    script = textwrap.dedent(f"""
+        import os, signal, threading, time
+        from helpers import fresh
+
+        def job(path):
+            import os, time
+            with open(path, "w") as f:
+                f.write(f"{{os.getpid()}} {{os.getppid()}}")
+            time.sleep(120)
+
+        if {how!r} == "interrupt":
+            threading.Timer(3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            fresh.run(job, {str(tmp_path / "pids")!r}, server=fresh.ForkServer(["json"]))
+        except KeyboardInterrupt:
+            print("interrupted")
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pids = tmp_path / "pids"
+    deadline = time.monotonic() + 60
+    while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child, server = map(int, pids.read_text().split())
+    if how == "kill":
+        proc.kill()
+    assert proc.wait(timeout=30) is not None
+    if how == "interrupt":
+        assert "interrupted" in proc.stdout.read()
+    deadline = time.monotonic() + 10
+    while (_running(child) or _running(server)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(child) and not _running(server)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
