@@ -102,19 +102,34 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
     p = plan(n_procs, backend)
     payload = cloudpickle.dumps((worker, args))
     ctx = _context()
-    results = ctx.Queue()
-    port = free_port()
-    procs = [
-        ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, env, results),
-                    daemon=True)
-        for rank in range(n_procs)
-    ]
-    for proc in procs:
-        proc.start()
-    try:
-        return _collect(procs, results, n_procs, deadline=time.monotonic() + timeout_s + 30)
-    finally:
-        _stop(procs)
+    for attempt in range(RENDEZVOUS_ATTEMPTS):
+        results = ctx.Queue()
+        port = free_port()
+        procs = [
+            ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, env, results),
+                        daemon=True)
+            for rank in range(n_procs)
+        ]
+        for proc in procs:
+            proc.start()
+        try:
+            return _collect(procs, results, n_procs, deadline=time.monotonic() + timeout_s + 30)
+        except WorkerFailed as failure:
+            if attempt + 1 == RENDEZVOUS_ATTEMPTS or not _rendezvous_failed(failure):
+                raise
+        finally:
+            _stop(procs)
+
+
+# The port free_port() found can be taken by another program before rank 0 listens on it (a busy machine, tests
+# in parallel): the process group then cannot form. Before any worker code ran, that is worth one more try.
+RENDEZVOUS_ATTEMPTS = 2
+RENDEZVOUS_ERRORS = ("address already in use", "connectfullmesh failed")
+
+
+def _rendezvous_failed(failure: "WorkerFailed") -> bool:
+    text = str(failure).lower()
+    return "init_process_group(" in text and any(error in text for error in RENDEZVOUS_ERRORS)
 
 
 def _context():

@@ -135,3 +135,30 @@ def test_bad_arguments(kwargs, match):
     call.update(kwargs)
     with pytest.raises(ValueError, match=match):
         launch.launch(call.pop("worker"), call.pop("n_procs"), **call)
+
+
+def test_a_port_taken_before_rank_0_listens_costs_one_more_try(monkeypatch):
+    """free_port() hands out a port that another program can take before rank 0 listens on it (a busy machine,
+    tests in parallel): the launch forms its process group again on another port instead of failing."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    real = launch.free_port
+    monkeypatch.setattr(launch, "free_port", lambda: next(ports, None) or real())
+    try:
+        assert launch.launch(lambda rank, world_size: rank, 2) == [0, 1]
+    finally:
+        taken.close()
+
+
+def test_a_worker_that_fails_is_not_launched_twice():
+
+    def fails(rank, world_size):
+        raise ValueError("Address already in use (the worker's own words)")
+
+    with pytest.raises(launch.WorkerFailed, match="the worker's own words"):
+        launch.launch(fails, 2)
+    assert not launch._rendezvous_failed(launch.WorkerFailed(0, "ValueError: Address already in use in train()"))
