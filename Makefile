@@ -49,13 +49,13 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: setup
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
 
-# pytest-xdist: one worker per core (at most 4); a notebook's cells, and the graded class's tests, each on one
-# worker (tests/conftest.py). The notebooks go first: they are the longest units.
-TEST_WORKERS ?= auto
+# pytest-xdist: two workers, one grading the session's class, one running everything else in order
+# (tests/conftest.py). TEST_WORKERS=0 runs all in this process.
+TEST_WORKERS ?= 2
 test: setup sandbox
 	$(BIN)/python -m pytest solutions tests --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider \
-		-n $(TEST_WORKERS) --maxprocesses 4 --dist loadscope $(PYTEST_ARGS)
+		-n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 release: setup
 	$(BIN)/python -m graders.pipeline release

@@ -12,26 +12,24 @@ torch.set_num_threads(1)
 
 
 # Tests that read the session's graded class (tests/classroom.py): with pytest-xdist they run on one worker, so
-# that the class is graded once.
+# that the class is graded once, while the other worker runs the rest.
 CLASS_TESTS = ("tests/test_grading.py", "tests/test_corpus.py", "tests/test_cluster.py",
                "tests/test_runtimes.py::test_lesson_4_part_b_runs_on_eight_xla_devices")
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs on pytest-xdist workers. Each work unit goes to one worker: a notebook's cells (nbval runs
-    them in order, in one kernel), the graded class's tests, and every other test on its own. (xdist's own
-    `--dist loadgroup` cannot do this with pytest 9.2: its group marks are lost with pytest's structured node
-    ids, pytest-xdist issue #1386.)"""
+    """`make test` runs on two pytest-xdist workers: one grades the class (tests/classroom.py: its kernels run in
+    the sandbox, in network namespaces of their own) and runs the tests that read it; the other runs everything
+    else in order (a notebook's cells in one kernel, nbval), so that no two tests ever launch processes on this
+    machine's network at once (two launches could race for a port). (xdist's `--dist loadgroup` could not express
+    this with pytest 9.2 anyway: its group marks are lost with pytest's structured node ids, pytest-xdist #1386.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class CourseScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            if path.endswith(".ipynb"):
-                return path
             if any(nodeid == t or nodeid.startswith(t + "::") or nodeid.startswith(t + "[") for t in CLASS_TESTS):
-                return "graded class"
-            return nodeid
+                return "the graded class"
+            return "everything else"
 
     return CourseScheduling(config, log)
 
