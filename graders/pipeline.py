@@ -120,8 +120,6 @@ def _mtime(path: str) -> float:
 
 
 def _kill_group(proc) -> None:
-    import signal
-
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # nbgrader and the kernel launcher it started
     except OSError:
