@@ -10,7 +10,7 @@ gradebook, autograded/, feedback/ and grades.csv. When a worker dies mid-submiss
 task again on another worker (Dask's `allowed-failures`), and the coordinator records each submission once.
 
 A worker is `dask worker` started from a checkout of the course with its environment (`make setup`), as
-root for the sandbox; graders.pipeline.course_digest() refuses to grade on a worker whose course files
+root for the sandbox; graders.pipeline.course_digest() refuses to grade on a worker whose helpers or grader
 differ from the coordinator's. The scheduler runs whatever it is sent, as root on the workers: keep it on
 a private network, or use Dask's TLS (tls:// addresses with certificates).
 """

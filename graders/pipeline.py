@@ -150,10 +150,11 @@ class Task:
     student: str
     lesson: str
     files: dict[str, bytes]  # the submission folder: path relative to it -> content (regular files only)
-    digest: str  # the version of the course (helpers/, graders/, solutions/) the coordinator grades with
+    digest: str  # the version of the grader and helpers (graders/, helpers/) the coordinator grades with
     sandboxed: bool
     cell_timeout: int
     submission_timeout: int
+    solution: bytes  # the coordinator's source notebook of the lesson: the judge's hidden tests and references
 
 
 @dataclass
@@ -213,6 +214,7 @@ def _tasks(root: Path, course_lessons: list[str], timeouts: dict[str, int], subm
     submitted = root / "submitted"
     students = sorted(d.name for d in submitted.iterdir() if d.is_dir()) if submitted.is_dir() else []
     digest = course_digest()
+    sources = {lesson: (root / "solutions" / lesson / f"{lesson}.ipynb").read_bytes() for lesson in course_lessons}
     results, tasks = [], []
     for student in students:
         if not STUDENT_ID.match(student):
@@ -227,7 +229,8 @@ def _tasks(root: Path, course_lessons: list[str], timeouts: dict[str, int], subm
                 if isinstance(files, str):
                     results.append(Result(student, lesson, files))
                 else:
-                    tasks.append(Task(student, lesson, files, digest, sandboxed, timeouts[lesson], submission_timeout))
+                    tasks.append(Task(student, lesson, files, digest, sandboxed, timeouts[lesson], submission_timeout,
+                                      sources[lesson]))
     return results, tasks
 
 
@@ -250,12 +253,12 @@ def _files(folder: Path) -> dict[str, bytes] | str:
 
 
 def course_digest(repo: Path = REPO) -> str:
-    """What a worker must share with the coordinator to grade the same way: the helpers students call,
-    the grader, the lessons' sources."""
+    """What a worker must share with the coordinator to grade the same way: the helpers students call and
+    the grader (the lesson's source notebook travels with each task)."""
     import hashlib
 
     digest = hashlib.sha256()
-    for pattern in ("helpers/**/*.py", "graders/**/*.py", "solutions/*/*.ipynb"):
+    for pattern in ("helpers/**/*.py", "graders/**/*.py"):
         for path in sorted(repo.glob(pattern)):
             digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -401,6 +404,7 @@ def execute(task: Task, template: bytes, slots: Slots) -> Outcome:
             os.chmod(private, 0o700)
             course = Path(private)
             (course / "solutions" / task.lesson).mkdir(parents=True)
+            (course / "solutions" / task.lesson / f"{task.lesson}.ipynb").write_bytes(task.solution)
             (course / "gradebook.db").write_bytes(template)
             folder = course / "submitted" / task.student / task.lesson
             for name, content in task.files.items():
@@ -445,7 +449,8 @@ def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict)
             if reason not in (KERNEL_DIED, KERNEL_HUNG) or cell is None or cell in skipped or len(skipped) >= MAX_CRASHES:
                 return Outcome("not graded: " + reason)
             skipped[cell] = reason
-        verdict = _judge(slots.judges[uid], lesson, graded, verdicts, slots.memo, max(60.0, deadline - time.monotonic()))
+        solution = course / "solutions" / lesson / f"{lesson}.ipynb"
+        verdict = _judge(slots.judges[uid], solution, graded, verdicts, slots.memo, max(60.0, deadline - time.monotonic()))
         if "error" in verdict:
             return Outcome("not graded: the judge failed: " + verdict["error"].strip().splitlines()[-1][:200])
         flags = tuple(dict.fromkeys(verdict["flags"] + (_read_json(canaries) or [])))
@@ -462,9 +467,8 @@ def read_notebook_text(path: Path) -> str:
         return f.read()
 
 
-def _judge(server: "JudgeServer", lesson: str, graded: Path, out: str, memo: str | None, timeout: float) -> dict:
+def _judge(server: "JudgeServer", solution: Path, graded: Path, out: str, memo: str | None, timeout: float) -> dict:
     """graders/judge.py's verdicts on the graded notebook (written by nbgrader, in a folder the jail never had)."""
-    solution = REPO / "solutions" / lesson / f"{lesson}.ipynb"
     problem = server.judge(str(solution), str(graded), out, memo, timeout)
     return _read_json(out) or {"error": problem or "it wrote no verdicts"}
 
@@ -610,14 +614,15 @@ class Recorder:
         from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
 
         timestamp = self.coursedir.get_existing_timestamp(str(self.root / "submitted" / task.student / task.lesson))
-        warnings.filterwarnings("ignore", module="nbgrader.api")  # SQLAlchemy's autoflush notes on nbgrader's own code
-        with Gradebook(self.db_url, self.coursedir.course_id) as gb:
-            gb.update_or_create_student(task.student)
-            gb.update_or_create_submission(task.lesson, task.student, **({"timestamp": timestamp} if timestamp else {}))
         resources = {"nbgrader": {"db_url": self.db_url, "assignment": task.lesson, "notebook": task.lesson,
                                   "student": task.student}}
-        for step in (SaveAutoGrades, AssignLatePenalties):
-            step(config=self.config).preprocess(notebook, resources)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module="nbgrader.api")  # SQLAlchemy's autoflush notes on nbgrader's code
+            with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+                gb.update_or_create_student(task.student)
+                gb.update_or_create_submission(task.lesson, task.student, **({"timestamp": timestamp} if timestamp else {}))
+            for step in (SaveAutoGrades, AssignLatePenalties):
+                step(config=self.config).preprocess(notebook, resources)
         failed = [cell for cell, v in (verdict or {}).get("cells", {}).items() if not v["passed"]]
         if failed:  # a judged cell keeps the points the kernel's run gave it only if the judge passed it too
             with Gradebook(self.db_url, self.coursedir.course_id) as gb:

@@ -124,7 +124,7 @@ def test_retries_share_one_time_limit(tmp_path, monkeypatch):
 
     notebook = (REPO / "solutions" / LESSON / f"{LESSON}.ipynb").read_bytes()
     task = pipeline.Task("crasher", LESSON, {f"{LESSON}.ipynb": notebook}, pipeline.course_digest(), sandboxed=False,
-                         cell_timeout=10, submission_timeout=1)
+                         cell_timeout=10, submission_timeout=1, solution=notebook)
     timeouts = []
 
     def crashing_nbgrader(root, *args, timeout=None, env=None, **_):
