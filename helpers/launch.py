@@ -166,17 +166,29 @@ def _collect(procs, results, n_procs, deadline):
                 raise WorkerFailed(missing[0], "no result before the launch's deadline (a rank may be stuck)")
             continue
         if not ok:
-            raise _root_cause(procs, values, rank, value)
+            raise _root_cause(procs, values, rank, value, results)
         values[rank] = cloudpickle.loads(value)
     for proc in procs:
         proc.join(timeout=10)
     return [values[rank] for rank in range(n_procs)]
 
 
-def _root_cause(procs, values, rank, details) -> WorkerFailed:
-    """A peer's error is often the echo of a rank that died silently first (os._exit, a signal):
-    report that rank when there is one."""
+# What a rank sees when a peer's process has gone: an echo of that peer's own failure.
+ECHOES = ("connection closed by peer", "connection reset by peer")
+
+
+def _root_cause(procs, values, rank, details, results) -> WorkerFailed:
+    """A peer's error is often the echo of a rank that died silently first (os._exit, a signal), or that failed
+    and left (a collective's timeout, whose rank exits and closes its connections): report that rank."""
     time.sleep(0.5)
+    if any(echo in details.lower() for echo in ECHOES):
+        while True:
+            try:
+                other, ok, value = results.get_nowait()
+            except queue.Empty:
+                break
+            if not ok and other != rank and not any(echo in value.lower() for echo in ECHOES):
+                return WorkerFailed(other, f"{value}\n(then rank {rank} lost its connection to rank {other})")
     for other, proc in enumerate(procs):
         if other != rank and other not in values and proc.exitcode not in (None, 0):
             echo = details.strip().splitlines()[-1]

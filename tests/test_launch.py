@@ -162,3 +162,20 @@ def test_a_worker_that_fails_is_not_launched_twice():
     with pytest.raises(launch.WorkerFailed, match="the worker's own words"):
         launch.launch(fails, 2)
     assert not launch._rendezvous_failed(launch.WorkerFailed(0, "ValueError: Address already in use in train()"))
+
+
+def test_a_lost_connection_is_reported_as_the_peer_failure_it_echoes():
+    """When a rank's collective times out, that rank leaves and its partner may fail first with "Connection closed
+    by peer": the launch reports the timeout (the cause), not the echo."""
+
+    def worker(rank, world_size):
+        import time
+
+        if rank == 0:
+            raise RuntimeError("[gloo/transport/tcp/pair.cc:547] Connection closed by peer [127.0.0.1]:41116")
+        time.sleep(0.2)
+        raise RuntimeError("Timed out waiting 4000ms for recv operation to complete")
+
+    with pytest.raises(launch.WorkerFailed, match="Timed out") as failed:
+        launch.launch(worker, 2)
+    assert failed.value.rank == 1 and "lost its connection to rank 1" in str(failed.value)
