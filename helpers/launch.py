@@ -19,8 +19,10 @@ With `init_process_group=False` the launcher only sets the environment that torc
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
-import queue
+import pickle
+import shutil
 import socket
 import sys
 import tempfile
@@ -103,22 +105,28 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
     payload = cloudpickle.dumps((worker, args))
     ctx = _context()
     for attempt in range(RENDEZVOUS_ATTEMPTS):
-        results = ctx.Queue()
+        logs = tempfile.mkdtemp(prefix="launch-")  # the ranks' stderr; removed even when a rank is killed
         port = free_port()
+        pipes = [ctx.Pipe(duplex=False) for _ in range(n_procs)]
         procs = [
-            ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, env, results),
+            ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, env, sender, logs),
                         daemon=True)
-            for rank in range(n_procs)
+            for rank, (_, sender) in enumerate(pipes)
         ]
         for proc in procs:
             proc.start()
+        for _, sender in pipes:
+            sender.close()  # the rank holds the only writing end: its death reads as end of file
         try:
-            return _collect(procs, results, n_procs, deadline=time.monotonic() + timeout_s + 30)
+            return _collect(procs, [reader for reader, _ in pipes], deadline=time.monotonic() + timeout_s + 30)
         except WorkerFailed as failure:
             if attempt + 1 == RENDEZVOUS_ATTEMPTS or not _rendezvous_failed(failure):
                 raise
         finally:
             _stop(procs)
+            for reader, _ in pipes:
+                reader.close()
+            shutil.rmtree(logs, ignore_errors=True)
 
 
 # The port free_port() found can be taken by another program before rank 0 listens on it (a busy machine, tests
@@ -144,57 +152,69 @@ def _context():
     return mp.get_context("spawn")
 
 
-def _collect(procs, results, n_procs, deadline):
+def _collect(procs, readers, deadline):
+    """Each rank sends one report on its own pipe, before it tears its process group down: a rank that then hangs
+    on its way out (destroy_process_group, a thread) has already delivered its result."""
     values: dict[int, object] = {}
-    while len(values) < n_procs:
-        try:
-            rank, ok, value = results.get(timeout=0.2)
-        except queue.Empty:
-            for rank, proc in enumerate(procs):
-                if rank not in values and proc.exitcode is not None:
-                    # a rank that died without reporting (os._exit, a signal, out of memory)
-                    time.sleep(0.5)  # its report may still be in the pipe
-                    try:
-                        r, ok, value = results.get_nowait()
-                    except queue.Empty:
-                        raise WorkerFailed(rank, f"the process exited with code {proc.exitcode} without a result") from None
-                    if not ok:
-                        raise WorkerFailed(r, value) from None
-                    values[r] = cloudpickle.loads(value)
-            if time.monotonic() > deadline:
-                missing = sorted(set(range(n_procs)) - set(values))
-                raise WorkerFailed(missing[0], "no result before the launch's deadline (a rank may be stuck)")
-            continue
-        if not ok:
-            raise _root_cause(procs, values, rank, value, results)
-        values[rank] = cloudpickle.loads(value)
+    while len(values) < len(procs):
+        pending = [rank for rank in range(len(procs)) if rank not in values]
+        waiting = [readers[rank] for rank in pending] + [procs[rank].sentinel for rank in pending]
+        if not mp_connection.wait(waiting, timeout=max(0.0, deadline - time.monotonic())):
+            raise WorkerFailed(pending[0], "no result before the launch's deadline (a rank may be stuck)")
+        for rank in pending:
+            report = _report(procs[rank], readers[rank])
+            if report is None:
+                continue
+            ok, value = report
+            if not ok:
+                raise _root_cause(procs, readers, values, rank, value)
+            values[rank] = cloudpickle.loads(value)
+    end = time.monotonic() + STOP_GRACE_S
     for proc in procs:
-        proc.join(timeout=10)
-    return [values[rank] for rank in range(n_procs)]
+        proc.join(timeout=max(0.0, end - time.monotonic()))
+    return [values[rank] for rank in range(len(procs))]
+
+
+def _report(proc, reader):
+    """(ok, value) once the rank has reported or died, None while it runs."""
+    if reader.poll():
+        try:
+            return pickle.loads(reader.recv_bytes())
+        except EOFError:
+            proc.join(timeout=5)
+            return False, f"the process exited with code {proc.exitcode} without a result"
+    if proc.exitcode is not None:  # everything it wrote is in the pipe, so it wrote nothing
+        return False, f"the process exited with code {proc.exitcode} without a result"
+    return None
 
 
 # What a rank sees when a peer's process has gone: an echo of that peer's own failure.
 ECHOES = ("connection closed by peer", "connection reset by peer")
+SILENT_EXIT = "without a result"
 
 
-def _root_cause(procs, values, rank, details, results) -> WorkerFailed:
+def _root_cause(procs, readers, values, rank, details) -> WorkerFailed:
     """A peer's error is often the echo of a rank that died silently first (os._exit, a signal), or that failed
     and left (a collective's timeout, whose rank exits and closes its connections): report that rank."""
-    time.sleep(0.5)
-    if any(echo in details.lower() for echo in ECHOES):
-        while True:
-            try:
-                other, ok, value = results.get_nowait()
-            except queue.Empty:
-                break
-            if not ok and other != rank and not any(echo in value.lower() for echo in ECHOES):
-                return WorkerFailed(other, f"{value}\n(then rank {rank} lost its connection to rank {other})")
-    for other, proc in enumerate(procs):
-        if other != rank and other not in values and proc.exitcode not in (None, 0):
-            echo = details.strip().splitlines()[-1]
-            return WorkerFailed(other, f"the process exited with code {proc.exitcode} without a result "
-                                       f"(then rank {rank} failed: {echo})")
+    if SILENT_EXIT in details:
+        return WorkerFailed(rank, details)
+    is_echo = any(echo in details.lower() for echo in ECHOES)
+    others = [other for other in range(len(procs)) if other != rank and other not in values]
+    if is_echo:  # the failure it echoes is on its way
+        mp_connection.wait([readers[other] for other in others], timeout=ROOT_CAUSE_WAIT_S)
+    last_line = details.strip().splitlines()[-1]
+    for other in others:
+        report = _report(procs[other], readers[other])
+        if report is None or report[0]:
+            continue
+        if SILENT_EXIT in report[1]:
+            return WorkerFailed(other, f"{report[1]} (then rank {rank} failed: {last_line})")
+        if is_echo and not any(echo in report[1].lower() for echo in ECHOES):
+            return WorkerFailed(other, f"{report[1]}\n(then rank {rank} lost its connection to rank {other})")
     return WorkerFailed(rank, details)
+
+
+ROOT_CAUSE_WAIT_S = 1.0
 
 
 def _stop(procs) -> None:
@@ -210,8 +230,8 @@ def _stop(procs) -> None:
             proc.join(timeout=5)
 
 
-def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, results):
-    _stderr_to_file(rank)
+def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, sender, logs):
+    _stderr_to_file(os.path.join(logs, f"rank{rank}.log"))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(p.n_procs), LOCAL_WORLD_SIZE=str(p.n_procs),
                       OMP_NUM_THREADS=str(p.threads_per_rank), **env)
@@ -224,25 +244,27 @@ def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, 
             with _quiet_stdout():  # gloo prints "[Gloo] Rank r is connected to ..." for every rank
                 dist.init_process_group(p.backend, rank=rank, world_size=p.n_procs, timeout=timedelta(seconds=timeout_s))
         value = _to_cpu(worker(rank, p.n_procs, *args))
-        # plain pickle bytes: torch's queue pickling would share memory with a process about to exit
-        results.put((rank, True, cloudpickle.dumps(value)))
+        # plain pickle bytes: torch's pickling would share memory with a process about to exit
+        report = (True, cloudpickle.dumps(value))
     except BaseException:
-        results.put((rank, False, traceback.format_exc() + _stderr_tail()))
+        report = (False, traceback.format_exc() + _stderr_tail())
+    try:
+        sender.send_bytes(pickle.dumps(report))  # in this thread, now: nothing later can hold it back
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-        _remove_stderr_file()
 
 
-def _stderr_to_file(rank: int) -> None:
+def _stderr_to_file(path: str) -> None:
     """A rank's C++ and Python warnings go to a file, not into the notebook: in a graded cell,
     anything on stderr counts as a failed test (nbgrader). A failing rank's report carries the tail."""
-    log = tempfile.NamedTemporaryFile(prefix=f"rank{rank}-", suffix=".log", delete=False)
-    os.dup2(log.fileno(), 2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
     # a plain stream on fd 2: a process forked from a Jupyter kernel inherits the kernel's stderr
     # object, whose flush waits for an I/O thread the child does not have
     sys.stderr = open(2, "w", closefd=False, buffering=1)
-    os.environ["HELPERS_RANK_LOG"] = log.name
+    os.environ["HELPERS_RANK_LOG"] = path
 
 
 def _stderr_tail(limit: int = 3000) -> str:
@@ -253,13 +275,6 @@ def _stderr_tail(limit: int = 3000) -> str:
     except (KeyError, OSError):
         return ""
     return f"\n--- this rank's stderr ---\n{text}" if text.strip() else ""
-
-
-def _remove_stderr_file() -> None:
-    try:
-        os.unlink(os.environ.pop("HELPERS_RANK_LOG"))
-    except (KeyError, OSError):
-        pass
 
 
 @contextmanager

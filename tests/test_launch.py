@@ -179,3 +179,46 @@ def test_a_lost_connection_is_reported_as_the_peer_failure_it_echoes():
     with pytest.raises(launch.WorkerFailed, match="Timed out") as failed:
         launch.launch(worker, 2)
     assert failed.value.rank == 1 and "lost its connection to rank 1" in str(failed.value)
+
+
+def test_a_rank_that_hangs_on_its_way_out_has_already_delivered_its_result(tmp_path, monkeypatch):
+    """A rank can hang after its work is done: destroy_process_group holding the GIL while a gloo thread waits for
+    it, a stray thread. Its result must reach the launcher all the same, and the launch must not wait for it.
+    The rank is killed, and its stderr file goes all the same."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def worker(rank, world_size):
+        import sys
+
+        import torch.distributed as dist
+
+        def hang(*args, **kwargs):
+            sys.setswitchinterval(1e6)  # no other thread of this process runs again
+            while True:
+                pass
+
+        dist.all_reduce(torch.ones(1))
+        if rank == 1:
+            dist.destroy_process_group = hang
+        return rank * 10
+
+    start = time.monotonic()
+    assert launch.launch(worker, 2, timeout_s=30) == [0, 10]
+    assert time.monotonic() - start < 15
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failing_rank_reports_what_it_wrote_to_stderr():
+    def worker(rank, world_size):
+        import sys
+
+        print(f"rank {rank} warns about something", file=sys.stderr)
+        raise ValueError(f"rank {rank} gives up")
+
+    with pytest.raises(launch.WorkerFailed) as failed:
+        launch.launch(worker, 2)
+    rank = failed.value.rank
+    assert f"rank {rank} gives up" in failed.value.details
+    assert f"--- this rank's stderr ---\nrank {rank} warns about something" in failed.value.details
