@@ -236,6 +236,7 @@ def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, 
                       WORLD_SIZE=str(p.n_procs), LOCAL_WORLD_SIZE=str(p.n_procs),
                       OMP_NUM_THREADS=str(p.threads_per_rank), **env)
     torch.set_num_threads(p.threads_per_rank)
+    _keep_process_groups_alive()
     try:
         worker, args = cloudpickle.loads(payload)
         if p.backend == "nccl":
@@ -253,6 +254,26 @@ def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, 
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+_DESTROYED_GROUPS: list = []
+
+
+def _keep_process_groups_alive() -> None:
+    """A rank that calls destroy_process_group() while its DDP model is alive (the usual end of a worker) frees the
+    gloo process group later, with the model: its destructor then joins gloo's threads while holding the GIL, and
+    a gloo thread releasing a tensor waits for the GIL: the rank hangs for good (seen in CI and here, one run in
+    a few hundred). Destroyed groups are kept referenced, so no process group is freed before the rank exits."""
+    from torch.distributed import distributed_c10d as c10d
+
+    destroy = c10d.destroy_process_group
+
+    def destroy_process_group(group=None):
+        _DESTROYED_GROUPS.extend(list(c10d._world.pg_map) if group is None else [group])
+        return destroy(group)
+
+    destroy_process_group.__doc__ = destroy.__doc__
+    c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
 
 
 def _stderr_to_file(path: str) -> None:

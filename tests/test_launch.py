@@ -222,3 +222,26 @@ def test_a_failing_rank_reports_what_it_wrote_to_stderr():
     rank = failed.value.rank
     assert f"rank {rank} gives up" in failed.value.details
     assert f"--- this rank's stderr ---\nrank {rank} warns about something" in failed.value.details
+
+
+def test_a_destroyed_process_group_outlives_the_ddp_model_that_uses_it():
+    """Workers end with destroy_process_group() while their DDP model is alive (lesson 2 teaches it). Freeing the
+    model then freed the gloo group inside the Reducer's destructor, which joins gloo's threads holding the GIL
+    while one of them waits for the GIL: a rank hung for good now and then. The launcher keeps destroyed groups
+    referenced until the rank exits, also for a worker that made its own group (torchrun style)."""
+
+    def worker(rank, world_size):
+        import gc
+
+        from torch.nn.parallel import DistributedDataParallel
+
+        dist.init_process_group("gloo")
+        model = DistributedDataParallel(torch.nn.Linear(4, 2))
+        model(torch.ones(3, 4)).sum().backward()
+        group = dist.group.WORLD
+        dist.destroy_process_group()
+        del model
+        gc.collect()
+        return any(kept is group for kept in launch._DESTROYED_GROUPS), dist.is_initialized()
+
+    assert launch.launch(worker, 2, init_process_group=False) == [(True, False), (True, False)]
