@@ -137,7 +137,8 @@ RENDEZVOUS_ERRORS = ("address already in use", "connectfullmesh failed")
 
 def _rendezvous_failed(failure: "WorkerFailed") -> bool:
     text = str(failure).lower()
-    return "init_process_group(" in text and any(error in text for error in RENDEZVOUS_ERRORS)
+    # the frame's header, not its source line (which a traceback shows only when the file is readable and unchanged)
+    return ", in init_process_group\n" in text and any(error in text for error in RENDEZVOUS_ERRORS)
 
 
 def _context():
