@@ -2,7 +2,7 @@
 
     python -m graders.judge SOLUTION.ipynb GRADED.ipynb VERDICTS.json
     python -m graders.judge --check SOLUTION.ipynb     (run it as the grader would, then judge it)
-    python -m graders.judge --serve                    (a fork server: see `serve`)
+    (the pipeline runs it as a fork of graders/forkserver.py's judge server)
 
 A hidden-test block of the instructor's source is split by two marker lines (helpers/grading.py):
 
@@ -160,46 +160,7 @@ def check(solution_path: str, timeout: int = 600) -> dict:
     return judge(solution, run)
 
 
-# What every judgement imports: done once by the fork server, not once per submission.
-# (Not helpers.accel: importing it sets USE_TORCH_XLA, which lesson 4's judgements set for themselves.)
-PRELOAD = ("torch", "torch.distributed", "torch.multiprocessing", "matplotlib.pyplot", "helpers.amp", "helpers.checkpoints",
-           "helpers.data", "helpers.dataparallel", "helpers.ddp", "helpers.launch", "helpers.memory", "helpers.models",
-           "helpers.plotting", "helpers.training")
-
-
-def serve(requests=sys.stdin, replies=sys.stdout) -> None:
-    """A fork server: import what judgements need once, then for each request line
-    {"solution", "graded", "out", "memo"} fork a child that judges that notebook and exits, and reply
-    "pid N" then "done STATUS". Each judgement runs in a fresh copy of this process (nothing one
-    submission's judgement does reaches the next), without paying for Python's and torch's start-up."""
-    import importlib
-
-    for name in PRELOAD:
-        importlib.import_module(name)
-    for line in requests:
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:  # the child: judge, write the verdicts, leave without running the parent's cleanup
-            status = 1
-            try:
-                os.setsid()
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, 1)  # stdout is the server's reply channel
-                os.environ["GRADER_JUDGE_MEMO"] = request.get("memo") or ""
-                status = main([request["solution"], request["graded"], request["out"]])
-            finally:
-                os._exit(status)
-        replies.write(f"pid {pid}\n")
-        replies.flush()
-        _, status = os.waitpid(pid, 0)
-        replies.write(f"done {status}\n")
-        replies.flush()
-
-
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--serve"]:
-        serve()
-        return 0
     if argv[:1] == ["--check"]:
         result = check(argv[1])
         print(json.dumps(result, indent=1))

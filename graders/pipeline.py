@@ -20,7 +20,6 @@ the judge's findings) is flagged in grades.csv with the reasons.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import os
 import json
@@ -40,7 +39,7 @@ from pathlib import Path
 
 import nbformat
 
-from graders import limits, sandbox
+from graders import forkserver, limits, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = Path(__file__).resolve().parent / "nbgrader_config"  # nbgrader appends ".py"
@@ -71,12 +70,18 @@ def lessons(root: Path) -> list[str]:
 
 
 def nbgrader(root: Path, *args: str, timeout: float | None = None, env: dict | None = None,
-             stalled_after: float | None = None):
+             stalled_after: float | None = None, server: forkserver.Server | None = None):
+    """`nbgrader ARGS` for the course at `root`: a new process, or a fork of `server` (nbgrader imported once)."""
     exe = Path(sys.executable).with_name("nbgrader")
     full_env = {**os.environ, **(env or {})}
     full_env["PATH"] = f"{exe.parent}{os.pathsep}{full_env.get('PATH', '')}"  # nbgrader runs `alembic` from PATH
-    cmd = [str(exe), *args, f"--JupyterApp.config_file={CONFIG}", f"--CourseDirectory.root={root}"]
-    return run_watched(cmd, root, full_env, timeout, full_env.get("GRADER_PROGRESS_FILE"), stalled_after)
+    args = [*args, f"--JupyterApp.config_file={CONFIG}", f"--CourseDirectory.root={root}"]
+    progress = full_env.get("GRADER_PROGRESS_FILE")
+    if server is not None:
+        served = run_served(server, args, root, full_env, timeout, progress, stalled_after)
+        if served is not None:
+            return served
+    return run_watched([str(exe), *args], root, full_env, timeout, progress, stalled_after)
 
 
 def run_watched(cmd, cwd, env, timeout, progress: str | None = None, stalled_after: float | None = None):
@@ -96,11 +101,10 @@ def run_watched(cmd, cwd, env, timeout, progress: str | None = None, stalled_aft
             reader.start()
         why = None
         while proc.poll() is None:
-            now = time.monotonic()
-            if deadline is not None and now > deadline:
+            if deadline is not None and time.monotonic() > deadline:
                 why = f"timed out after {timeout} s"
-            elif stalled_after and progress and time.time() - _mtime(progress) > stalled_after:
-                why = f"{STALLED}: no cell finished for {stalled_after:.0f} s"
+            else:
+                why = _stalled(progress, stalled_after)
             if why:
                 _kill_group(proc)
                 break
@@ -110,6 +114,29 @@ def run_watched(cmd, cwd, env, timeout, progress: str | None = None, stalled_aft
             reader.join(timeout=10)
     stderr = outputs.get("err", "") + (f"\n{why}" if why else "")
     return subprocess.CompletedProcess(cmd, -1 if why else proc.returncode, outputs.get("out", ""), stderr)
+
+
+def run_served(server: forkserver.Server, args, cwd, env, timeout, progress: str | None = None,
+               stalled_after: float | None = None):
+    """run_watched's twin for a job of a fork server: the same watchdog, the same result; None when the server
+    itself failed (the caller then starts a process of its own)."""
+    with tempfile.TemporaryDirectory(prefix="nbgrader-") as out:
+        paths = {"stdout": os.path.join(out, "stdout"), "stderr": os.path.join(out, "stderr")}
+        request = {"args": list(args), "cwd": str(cwd), "env": dict(env), **paths}
+        ended = server.run(request, timeout=1e9 if timeout is None else timeout,
+                           stop_when=lambda: _stalled(progress, stalled_after))
+        if ended.server_failed:
+            return None
+        stdout, stderr = (Path(paths[name]).read_text(errors="replace") if os.path.exists(paths[name]) else ""
+                          for name in ("stdout", "stderr"))
+    why = ended.problem
+    return subprocess.CompletedProcess(args, -1 if why else ended.status, stdout, stderr + (f"\n{why}" if why else ""))
+
+
+def _stalled(progress: str | None, stalled_after: float | None) -> str | None:
+    if stalled_after and progress and time.time() - _mtime(progress) > stalled_after:
+        return f"{STALLED}: no cell finished for {stalled_after:.0f} s"
+    return None
 
 
 def _mtime(path: str) -> float:
@@ -295,7 +322,10 @@ class Slots:
             self.groups[uid] = limits.JobGroups(f"course-grader-{uid}", limits.default_memory_bytes(jobs),
                                                 int(os.environ.get("GRADER_MAX_PROCESSES", "512"))).create() if sandboxed else None
             self.free.put(uid)
-        self.judges = {uid: JudgeServer(os.path.join(self.scratch, f"judge-{uid}.log")) for uid in self.groups}
+        # nbgrader and the judge never run student code: each slot forks them from servers that imported them once
+        self.judges = {uid: forkserver.Server("judge", os.path.join(self.scratch, f"judge-{uid}.log")) for uid in self.groups}
+        self.nbgraders = {uid: forkserver.Server("nbgrader", os.path.join(self.scratch, f"nbgrader-{uid}.log"))
+                          for uid in self.groups}
 
     def describe(self) -> str:
         return next(iter(self.groups.values())).describe() if self.sandboxed else "unsandboxed"
@@ -308,7 +338,7 @@ class Slots:
         self.free.put(uid)
 
     def close(self) -> None:
-        for server in self.judges.values():
+        for server in [*self.judges.values(), *self.nbgraders.values()]:
             server.close()
         for job in filter(None, self.groups.values()):
             job.remove()
@@ -440,7 +470,8 @@ def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict)
                 return Outcome("not graded: " + TIMED_OUT)
             Path(progress.name).touch()  # the watchdog counts from now
             proc = nbgrader(course, "autograde", lesson, f"--student={student}", "--create", "--force",
-                            timeout=left, env=env, stalled_after=task.cell_timeout + STALL_GRACE)
+                            timeout=left, env=env, stalled_after=task.cell_timeout + STALL_GRACE,
+                            server=slots.nbgraders[uid])
             graded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
             if proc.returncode == 0 and graded.is_file():
                 break
@@ -467,68 +498,14 @@ def read_notebook_text(path: Path) -> str:
         return f.read()
 
 
-def _judge(server: "JudgeServer", solution: Path, graded: Path, out: str, memo: str | None, timeout: float) -> dict:
-    """graders/judge.py's verdicts on the graded notebook (written by nbgrader, in a folder the jail never had)."""
-    problem = server.judge(str(solution), str(graded), out, memo, timeout)
+def _judge(server: forkserver.Server, solution: Path, graded: Path, out: str, memo: str | None, timeout: float) -> dict:
+    """graders/judge.py's verdicts on the graded notebook (written by nbgrader, in a folder the jail never had),
+    judged in a fork of the slot's judge server (Python, torch and the helpers imported once per slot)."""
+    ended = server.run({"solution": str(solution), "graded": str(graded), "out": out, "memo": memo}, timeout=timeout)
+    problem = ended.problem
+    if problem is None and ended.status != 0:
+        problem = f"it exited with status {ended.status}: " + server.stderr_tail()
     return _read_json(out) or {"error": problem or "it wrote no verdicts"}
-
-
-class JudgeServer:
-    """One grading slot's `python -m graders.judge --serve`: a process that never runs student code, forking a
-    fresh copy of itself per judgement (so Python, torch and the helpers are imported once per slot, not once
-    per submission). Started on first use, started again after it dies; a judgement past its time is killed."""
-
-    def __init__(self, stderr_path: str):
-        self.stderr_path, self.proc, self.replies = stderr_path, None, None
-
-    def _start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
-        with open(self.stderr_path, "ab") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "graders.judge", "--serve"], cwd=REPO, env=env, text=True,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
-        self.replies = queue.Queue()
-        threading.Thread(target=lambda out, q: [q.put(line) for line in out] + [q.put(None)],
-                         args=(self.proc.stdout, self.replies), daemon=True).start()
-
-    def judge(self, solution: str, graded: str, out: str, memo: str | None, timeout: float) -> str | None:
-        """Judge one notebook into `out`; None, or what went wrong."""
-        if self.proc is None or self.proc.poll() is not None:
-            self._start()
-        try:
-            self.proc.stdin.write(json.dumps({"solution": solution, "graded": graded, "out": out, "memo": memo}) + "\n")
-            self.proc.stdin.flush()
-        except OSError:
-            self.close()
-            return "the judge server exited"
-        try:
-            pid = int(self.replies.get(timeout=120).split()[1])  # the server is up once it answers
-        except (queue.Empty, AttributeError, IndexError, ValueError):
-            self.close()
-            return "the judge server did not answer"
-        try:
-            done = self.replies.get(timeout=timeout)
-        except queue.Empty:
-            done = None
-        if done is None:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-            self.close()
-            return f"it ran past {timeout:.0f} s"
-        return None if done.split()[1:] == ["0"] else f"it exited with status {done.split()[1:]}: " + self._stderr_tail()
-
-    def _stderr_tail(self) -> str:
-        with contextlib.suppress(OSError), open(self.stderr_path, errors="replace") as f:
-            return f.read()[-500:]
-        return ""
-
-    def close(self) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-            with contextlib.suppress(OSError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            self.proc = None
 
 
 def _read_json(path: str):

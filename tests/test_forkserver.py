@@ -1,0 +1,106 @@
+"""The grader's fork servers (graders/forkserver.py): nbgrader and the judge, imported once per grading slot."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from graders import forkserver, pipeline
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _hanging_config(tmp_path) -> str:
+    config = tmp_path / "hang_config.py"
+    config.write_text(f"import pathlib, os, time\npathlib.Path({str(tmp_path / 'pid')!r}).write_text(str(os.getpid()))\n"
+                      "time.sleep(120)\n")
+    return f"--JupyterApp.config_file={config}"
+
+
+def test_a_served_nbgrader_run_gives_what_its_own_process_gives(tmp_path):
+    env = {**os.environ, "NBGRADER_TEST_MARK": "from the job's environment"}
+    config = tmp_path / "nbgrader_config.py"  # prints what the job sees, then nbgrader prints its help
+    config.write_text("import os\nprint('cwd', os.getcwd(), os.environ.get('NBGRADER_TEST_MARK'))\n")
+    args = ["list", "--help", f"--JupyterApp.config_file={config}"]
+    server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
+    try:
+        served = [pipeline.run_served(server, args, tmp_path, env, timeout=60) for _ in range(2)]
+    finally:
+        server.close()
+    alone = pipeline.run_watched([str(Path(sys.executable).with_name("nbgrader")), *args], tmp_path, env, timeout=60)
+    assert alone.returncode == 0 and "List assignments" in alone.stdout
+    for run in served:
+        assert (run.returncode, run.stdout, run.stderr) == (alone.returncode, alone.stdout, alone.stderr)
+
+
+def test_a_served_job_that_fails_reports_its_status_and_stderr(tmp_path):
+    args = ["autograde", "no-such-lesson", f"--CourseDirectory.root={tmp_path}"]
+    server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
+    try:
+        run = pipeline.run_served(server, args, tmp_path, dict(os.environ), timeout=60)
+    finally:
+        server.close()
+    alone = pipeline.run_watched([str(Path(sys.executable).with_name("nbgrader")), *args], tmp_path, dict(os.environ),
+                                 timeout=60)
+    assert run.returncode == alone.returncode != 0
+    assert run.stderr == alone.stderr
+
+
+def test_the_watchdog_stops_a_served_job_that_stalls_or_runs_too_long(tmp_path):
+    progress = tmp_path / "progress"
+    progress.write_text("3")
+    server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
+    try:
+        start = time.monotonic()
+        stalled = pipeline.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ),
+                                      timeout=60, progress=str(progress), stalled_after=1.5)
+        assert time.monotonic() - start < 20
+        assert pipeline._reason(stalled) == pipeline.KERNEL_HUNG
+        assert not psutil.pid_exists(int((tmp_path / "pid").read_text())), "the stalled job was killed"
+        late = pipeline.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ), timeout=1)
+        assert pipeline._reason(late) == pipeline.TIMED_OUT
+        again = pipeline.run_served(server, ["list", "--help"], tmp_path, dict(os.environ), timeout=60)
+        assert again.returncode == 0, "the server serves on after a job was killed"
+    finally:
+        server.close()
+
+
+def test_a_dead_client_takes_its_server_and_the_running_job_along(tmp_path):
+    """A Dask worker killed mid-submission must leave no nbgrader (nor kernel) running."""
+    client = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from graders import forkserver
+        server = forkserver.Server("nbgrader", {str(tmp_path / 'server.log')!r})
+        print(server.run({{"args": ["list", {_hanging_config(tmp_path)!r}], "cwd": {str(tmp_path)!r},
+                          "env": dict(os.environ), "stdout": {str(tmp_path / 'out')!r},
+                          "stderr": {str(tmp_path / 'err')!r}}}, timeout=300))
+    """)])
+    pid_file = tmp_path / "pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job = psutil.Process(int(pid_file.read_text()))
+    server = job.parent()
+    client.send_signal(signal.SIGKILL)
+    client.wait()
+    gone, alive = psutil.wait_procs([job, server], timeout=10)
+    assert not alive, f"still running after their client was killed: {alive}"
+
+
+def test_when_the_server_cannot_run_a_job_nbgrader_runs_in_a_process_of_its_own(tmp_path, monkeypatch):
+    server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
+    monkeypatch.setattr(server, "run", lambda *a, **k: forkserver.Ended(None, "the nbgrader server exited", server_failed=True))
+    run = pipeline.nbgrader(tmp_path, "list", "--help", timeout=60, server=server)
+    assert run.returncode == 0 and "List assignments" in run.stdout
+
+
+def test_a_server_of_an_unknown_kind_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="kind"):
+        forkserver.Server("python", str(tmp_path / "log"))
