@@ -141,3 +141,19 @@ def test_a_failed_install_says_what_it_tried_and_how_to_fix_it(tmp_path):
     assert "RuntimeError: could not install multi-device-course-helpers[lesson4] @ git+file://" in out.stderr
     assert "Settings > Internet > On" in out.stderr and "pip install" in out.stdout
     assert "CalledProcessError" not in out.stderr
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_check_says_what_is_wrong(lesson):
+    """A failing assert in a lesson (a demo's claim, a visible or a hidden test) names what went wrong: a bare
+    AssertionError teaches nothing."""
+    import ast
+
+    bare = []
+    for index, cell in enumerate(_source(lesson).cells):
+        if cell.cell_type != "code":
+            continue
+        code = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        bare += [f"cell {index}: {ast.get_source_segment(code, node)[:80]}"
+                 for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Assert) and node.msg is None]
+    assert not bare, bare
