@@ -19,7 +19,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
-from tqdm.auto import tqdm
 
 from . import checkpoints, data, launch, memory, models
 from ._validate import positive_int, positive_number
@@ -119,7 +118,6 @@ def train_worker(rank: int, world_size: int, cfg: TrainConfig, progress: bool = 
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     device = launch.device()
     losses = []
-    bar = tqdm(total=cfg.epochs * len(loader), desc=f"DDP x{world_size}", disable=not progress or rank != 0, leave=False)
     for epoch in range(cfg.epochs):
         if cfg.set_epoch:
             sampler.set_epoch(epoch)
@@ -131,8 +129,8 @@ def train_worker(rank: int, world_size: int, cfg: TrainConfig, progress: bool = 
             mean_loss = loss.detach().clone()
             dist.all_reduce(mean_loss)
             losses.append(mean_loss.item() / world_size)
-            bar.update()
-    bar.close()
+        if progress:  # every rank, as torchrun shows it: launch prints it as "[rank1]: epoch ..."
+            print(f"epoch {epoch + 1}/{cfg.epochs}: {len(loader)} steps, mean loss {sum(losses[-len(loader):]) / len(loader):.4f}")
     return {"state": checkpoints.clean_state_dict(model), "losses": losses}
 
 

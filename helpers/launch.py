@@ -108,23 +108,26 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
         logs = tempfile.mkdtemp(prefix="launch-")  # the ranks' stderr; removed even when a rank is killed
         port = free_port()
         pipes = [ctx.Pipe(duplex=False) for _ in range(n_procs)]
+        stdouts = [ctx.Pipe(duplex=False) for _ in range(n_procs)]
         procs = [
-            ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, env, sender, logs),
-                        daemon=True)
+            ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, env, sender,
+                                                stdouts[rank][1], logs), daemon=True)
             for rank, (_, sender) in enumerate(pipes)
         ]
         for proc in procs:
             proc.start()
-        for _, sender in pipes:
+        for _, sender in pipes + stdouts:
             sender.close()  # the rank holds the only writing end: its death reads as end of file
+        output = RankOutput([reader for reader, _ in stdouts])
         try:
-            return _collect(procs, [reader for reader, _ in pipes], deadline=time.monotonic() + timeout_s + 30)
+            return _collect(procs, [reader for reader, _ in pipes], output, deadline=time.monotonic() + timeout_s + 30)
         except WorkerFailed as failure:
             if attempt + 1 == RENDEZVOUS_ATTEMPTS or not _rendezvous_failed(failure):
                 raise
         finally:
             _stop(procs)
-            for reader, _ in pipes:
+            output.drain()
+            for reader, _ in pipes + stdouts:
                 reader.close()
             shutil.rmtree(logs, ignore_errors=True)
 
@@ -153,15 +156,18 @@ def _context():
     return mp.get_context("spawn")
 
 
-def _collect(procs, readers, deadline):
+def _collect(procs, readers, output: "RankOutput", deadline):
     """Each rank sends one report on its own pipe, before it tears its process group down: a rank that then hangs
-    on its way out (destroy_process_group, a thread) has already delivered its result."""
+    on its way out (destroy_process_group, a thread) has already delivered its result. Meanwhile what the ranks
+    print is shown as it comes."""
     values: dict[int, object] = {}
     while len(values) < len(procs):
         pending = [rank for rank in range(len(procs)) if rank not in values]
-        waiting = [readers[rank] for rank in pending] + [procs[rank].sentinel for rank in pending]
-        if not mp_connection.wait(waiting, timeout=max(0.0, deadline - time.monotonic())):
+        waiting = [readers[rank] for rank in pending] + [procs[rank].sentinel for rank in pending] + output.open()
+        ready = mp_connection.wait(waiting, timeout=max(0.0, deadline - time.monotonic()))
+        if not ready:
             raise WorkerFailed(pending[0], "no result before the launch's deadline (a rank may be stuck)")
+        output.pump(ready)
         for rank in pending:
             report = _report(procs[rank], readers[rank])
             if report is None:
@@ -187,6 +193,53 @@ def _report(proc, reader):
     if proc.exitcode is not None:  # everything it wrote is in the pipe, so it wrote nothing
         return False, f"the process exited with code {proc.exitcode} without a result"
     return None
+
+
+class RankOutput:
+    """What each rank prints, shown in the caller's output (the notebook) line by line as "[rank1]: ...", the way
+    torchrun's --tee shows it. (A rank's stderr goes to a file: its tail comes with the rank's error.)"""
+
+    NOISE = ("[Gloo] Rank ",)  # gloo's "[Gloo] Rank r is connected to ..." for every rank of every group
+
+    def __init__(self, readers):
+        self.readers = dict(enumerate(readers))
+        self.partial = {rank: b"" for rank in self.readers}
+
+    def open(self) -> list:
+        return list(self.readers.values())
+
+    def pump(self, ready) -> None:
+        for rank, reader in list(self.readers.items()):
+            if reader in ready:
+                self._read(rank, reader)
+
+    def drain(self) -> None:
+        """Everything still in the pipes (call once the ranks have exited or been stopped)."""
+        for rank, reader in list(self.readers.items()):
+            while rank in self.readers and reader.poll(0):
+                self._read(rank, reader)
+            self._show(rank, self.partial[rank], final=True)
+
+    def _read(self, rank: int, reader) -> None:
+        try:
+            data = os.read(reader.fileno(), 65536)
+        except OSError:
+            data = b""
+        if not data:  # end of file: the rank has exited
+            del self.readers[rank]
+            self._show(rank, self.partial[rank], final=True)
+            return
+        self._show(rank, self.partial[rank] + data)
+
+    def _show(self, rank: int, data: bytes, final: bool = False) -> None:
+        *lines, rest = data.split(b"\n")
+        if final and rest:
+            lines, rest = lines + [rest], b""
+        self.partial[rank] = rest
+        for line in lines:
+            text = line.decode("utf-8", errors="replace").rstrip("\r")
+            if not text.startswith(self.NOISE):
+                print(f"[rank{rank}]: {text}", flush=True)
 
 
 # What a rank sees when a peer's process has gone: an echo of that peer's own failure.
@@ -231,8 +284,11 @@ def _stop(procs) -> None:
             proc.join(timeout=5)
 
 
-def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, sender, logs):
+def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, sender, stdout, logs):
     _stderr_to_file(os.path.join(logs, f"rank{rank}.log"))
+    os.dup2(stdout.fileno(), 1)  # the launcher shows it, line by line
+    stdout.close()
+    sys.stdout = open(1, "w", closefd=False, buffering=1, encoding="utf-8", errors="replace")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(p.n_procs), LOCAL_WORLD_SIZE=str(p.n_procs),
                       OMP_NUM_THREADS=str(p.threads_per_rank), **env)

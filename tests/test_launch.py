@@ -245,3 +245,33 @@ def test_a_destroyed_process_group_outlives_the_ddp_model_that_uses_it():
         return any(kept is group for kept in launch._DESTROYED_GROUPS), dist.is_initialized()
 
     assert launch.launch(worker, 2, init_process_group=False) == [(True, False), (True, False)]
+
+
+def test_what_the_ranks_print_is_shown_line_by_line_with_their_rank(capsys):
+    """As torchrun's --tee shows it: "[rank1]: ...", in the notebook rather than in the terminal that started
+    Jupyter; gloo's connection notices left out."""
+
+    def worker(rank, world_size):
+        print(f"epoch 1 on rank {rank}")
+        print(f"no newline at the end on rank {rank}", end="")
+        dist.barrier()
+        return rank
+
+    assert launch.launch(worker, 2) == [0, 1]
+    out = capsys.readouterr().out
+    for rank in (0, 1):
+        assert f"[rank{rank}]: epoch 1 on rank {rank}\n" in out
+        assert f"[rank{rank}]: no newline at the end on rank {rank}\n" in out
+    assert "[Gloo]" not in out
+
+
+def test_a_failing_rank_shows_what_it_printed_before_it_failed(capsys):
+    def worker(rank, world_size):
+        print(f"rank {rank} got this far")
+        if rank == 1:
+            raise ValueError("and no further")
+        return rank
+
+    with pytest.raises(launch.WorkerFailed, match="and no further"):
+        launch.launch(worker, 2)
+    assert "[rank1]: rank 1 got this far" in capsys.readouterr().out
