@@ -9,6 +9,7 @@ One module per concept:
   training      a plain training loop with a progress bar
   plotting      the lessons' figures
   launch, ddp   one process per device (lesson 2); ddp_scripts: the torchrun script series
+  commands      torchrun / accelerate launch from a cell: nothing left running when it is interrupted
   amp           mixed precision tables, GradScaler runs, activation bytes (lesson 3)
   accel, xla, lightning_demo   Accelerate, torch_xla and Lightning (lesson 4)
   fresh         a function in a fresh Python process (XLA settings, fork-based launchers)
