@@ -168,9 +168,27 @@ def release(root: Path = REPO) -> list[Path]:
                 _check(nbgrader(root, "generate_assignment", lesson, "--force", "--no-db", server=server),
                        f"release of {lesson}")
                 written.append(root / "notebooks" / lesson / f"{lesson}.ipynb")
+                _let_run_all_go_on(written[-1])
         finally:
             server.close()
     return written
+
+
+RUN_ALL_GOES_ON = "raises-exception"
+
+
+def _let_run_all_go_on(path: Path) -> None:
+    """Tag the released exercise and check cells "raises-exception": an unsolved exercise fails its cells, and
+    JupyterLab's Run All (which stops at the first error) goes on to the rest of the lesson. Only the student
+    version: on the solutions nbval must still fail on any error."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade")):
+            tags = cell.metadata.setdefault("tags", [])
+            if RUN_ALL_GOES_ON not in tags:
+                tags.append(RUN_ALL_GOES_ON)
+    nbformat.write(nb, path)
 
 
 class SandboxUnavailable(RuntimeError):

@@ -58,6 +58,19 @@ def test_untouched_student_notebook_scores_zero(graded_class, lesson):
 
 
 @pytest.mark.parametrize("lesson", POINTS)
+def test_an_unsolved_lesson_fails_only_in_its_exercise_and_check_cells(graded_class, lesson):
+    """The blank notebook, run top to bottom: every explanation cell runs without its exercises solved, so Run All
+    (which goes on past the released exercise and check cells, tagged raises-exception) shows the whole lesson."""
+    nb = nbformat.read(graded_class.root / "autograded" / "blank" / lesson / f"{lesson}.ipynb", as_version=4)
+    failed = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+              and any(out.output_type == "error" for out in cell.outputs)]
+    assert failed, "an unsolved notebook should fail its checks"
+    other = [i for i in failed if not (nb.cells[i].metadata.get("nbgrader", {}).get("solution")
+                                       or nb.cells[i].metadata.get("nbgrader", {}).get("grade"))]
+    assert not other, f"cells that fail without being exercises or checks: {other}"
+
+
+@pytest.mark.parametrize("lesson", POINTS)
 def test_one_wrong_answer_loses_exactly_its_points(graded_class, lesson):
     assert _points(graded_class.rows["wrong_quiz", lesson], lesson) == {**POINTS[lesson], "quiz_tests": 0}
 

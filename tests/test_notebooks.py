@@ -157,3 +157,14 @@ def test_every_check_says_what_is_wrong(lesson):
         bare += [f"cell {index}: {ast.get_source_segment(code, node)[:80]}"
                  for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Assert) and node.msg is None]
     assert not bare, bare
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_run_all_goes_on_past_the_released_exercises(lesson):
+    """Exercise and check cells of the student version are tagged raises-exception (JupyterLab's Run All goes on
+    past them), and no other cell is; the instructor sources carry no such tag (nbval must fail on any error)."""
+    for cell in _released(lesson).cells:
+        meta = _nbgrader(cell)
+        exercise = cell.cell_type == "code" and bool(meta.get("solution") or meta.get("grade"))
+        assert ("raises-exception" in cell.metadata.get("tags", [])) == exercise, cell.source[:80]
+    assert not [c for c in _source(lesson).cells if "raises-exception" in c.metadata.get("tags", [])]
