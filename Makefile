@@ -46,8 +46,13 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 # Jupyter refuses to start as root unless told; containers and CI often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# The venv's bin first on PATH (nbgrader runs `alembic` from PATH when it creates a gradebook); the course's
+# nbgrader config (graders/nbgrader_config.py) found by the formgrader and the Validate button through
+# JUPYTER_CONFIG_PATH; the file browser without the package's build leftovers.
+LAB_HIDE := ["__pycache__", "*.pyc", "*.egg-info", "build", "dask-scratch-space"]
 lab: setup
-	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/graders$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
+		$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" '--ContentsManager.hide_globs=$(LAB_HIDE)' $(ROOT_FLAG) $(LAB_ARGS)
 
 # pytest-xdist: two workers, one grading the session's class, one running everything else in order
 # (tests/conftest.py). TEST_WORKERS=0 runs all in this process.

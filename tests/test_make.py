@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 import urllib.request
@@ -37,6 +38,17 @@ def test_make_lab_serves_the_course():
         assert "01-dataparallel.ipynb" in {item["name"] for item in listing["content"]}
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/kernelspecs", timeout=5) as r:
             assert "python3" in json.load(r)["kernelspecs"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/", timeout=5) as r:
+            shown = {item["name"] for item in json.load(r)["content"]}
+        assert "solutions" in shown and not [name for name in shown if name.endswith(".egg-info")], shown
+        # the formgrader reads the course's nbgrader config (graders/nbgrader_config.py): the lessons, and a
+        # gradebook nbgrader's `alembic` (found on PATH) has stamped
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/formgrader/api/assignments", timeout=30) as r:
+            assignments = {a["name"]: a for a in json.load(r)}
+        assert set(assignments) >= {"01-dataparallel", "02-ddp", "03-amp", "04-accelerate-tpu"}, assignments
+        assert assignments["02-ddp"]["source_path"] == "solutions/02-ddp"
+        with sqlite3.connect(REPO / "gradebook.db") as db:
+            assert db.execute("select count(*) from alembic_version").fetchone()[0] == 1
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
