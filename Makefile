@@ -15,6 +15,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LAB_ARGS ?=
 PYTEST_ARGS ?=
+TEST_PATHS ?= solutions tests
 NBVAL_CELL_TIMEOUT ?= 300
 JOBS ?= 1
 SCHEDULER ?=
@@ -58,7 +59,7 @@ lab: setup
 # (tests/conftest.py). TEST_WORKERS=0 runs all in this process.
 TEST_WORKERS ?= 2
 test: setup sandbox
-	$(BIN)/python -m pytest solutions tests --nbval-lax --nbval-current-env \
+	$(BIN)/python -m pytest $(TEST_PATHS) --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider \
 		-n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 

@@ -51,3 +51,18 @@ def test_ci_runs_the_readme_test_command():
 def test_package_metadata():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert "torch" not in " ".join(project["dependencies"]), "never make Colab reinstall its torch"
+
+
+def test_the_licence_the_workflow_and_the_readme_agree():
+    readme = (REPO / "README.md").read_text()
+    licence = (REPO / "LICENSE").read_text()
+    assert licence.startswith("MIT License") and "code" in licence and "text" in licence
+    assert "(LICENSE)" in readme and "MIT" in readme
+    workflow = (REPO / ".github" / "workflows" / "ci.yml").read_text()
+    assert re.search(r"run: .*bash \.ci/run", workflow), "the workflow runs what CI runs"
+    badge = re.search(r"\[!\[make test\]\((https://github\.com/[^)]+)/actions/workflows/(\S+?)/badge\.svg\)\]", readme)
+    assert badge and (REPO / ".github" / "workflows" / badge.group(2)).is_file()
+    contributing = (REPO / "CONTRIBUTING.md").read_text()
+    for command in ("make release", "make test", "make lab", "TEST_PATHS="):
+        assert command in contributing, command
+    assert "TEST_PATHS ?= solutions tests" in (REPO / "Makefile").read_text()
