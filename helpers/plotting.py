@@ -46,8 +46,9 @@ def plot_memory(report, ax=None, title: str | None = None):
             bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_xticks(list(devices), [f"device {d}" for d in devices])
     ax.set_ylabel("KiB")
-    ax.set_title(title or "memory per device", fontsize=10)
-    ax.text(0.99, 0.98, report.source.split(" (")[0], transform=ax.transAxes, ha="right", va="top", fontsize=8, style="italic")
+    ax.set_title(title or "memory per device", fontsize=10, loc="left")
+    # where the numbers come from, above the plot (inside it, it sat on the tallest bars)
+    ax.set_title(report.source.split(" (")[0], fontsize=8, style="italic", loc="right")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, frameon=False)
     return ax
 

@@ -1,6 +1,7 @@
 """Hardware summary, datasets, models, the training loop and the plots."""
 
 import matplotlib
+import matplotlib.pyplot as plt
 import pytest
 import torch
 import torch.nn.functional as F
@@ -76,9 +77,25 @@ def test_plots_draw_what_they_show():
     wrapped = dp.make_data_parallel(net, emulate=True)
     report = memory.measure_step(wrapped, torch.optim.Adam(wrapped.parameters()), torch.randn(8, 8), torch.randn(8, 2), F.mse_loss)
     ax = plotting.plot_memory(report)
-    assert any("emulated" in t.get_text() for t in ax.texts)
+    assert "emulated" in ax.get_title(loc="right")
     heights = [p.get_height() for p in ax.patches]
     assert sum(heights) == pytest.approx(sum(report.totals()) / 1024)
+    # lesson 2's pair of panels on one y scale, the DDP ranks' bars as tall as the axes allow: no label on a bar
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    taller = {name: int(v * 1.3) for name, v in report.per_device[0].items()}  # taller than DataParallel's device 0
+    ddp_report = memory.MemoryReport([taller, dict(taller)], "DDP ranks, ledger")
+    for ax, r, title in ((axes[0], report, "DataParallel"), (axes[1], ddp_report, "DDP")):
+        plotting.plot_memory(r, ax=ax, title=title)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in axes:
+        labels = [ax.title, ax._left_title, ax._right_title, *ax.texts]
+        for bar in ax.patches:
+            box = bar.get_window_extent(renderer)
+            for label in labels:
+                if label.get_text():
+                    assert not box.overlaps(label.get_window_extent(renderer)), f"{label.get_text()!r} overlaps a bar"
+    plt.close(fig)
     ax = plotting.plot_phases({"a": dict.fromkeys(dp.PHASES, 1.0)})
     assert sum(p.get_width() for p in ax.patches) == pytest.approx(1.0)
     plotting.plot_losses({"x": [1.0, 0.5]})
