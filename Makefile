@@ -2,6 +2,7 @@
 #   make lab      start JupyterLab on the course
 #   make test     run every test (helpers, notebooks with nbval, release sync, grading end to end)
 #   make release  regenerate notebooks/ (student versions) from solutions/
+#   make site     build the course website into build/site/ (runs the student notebooks for their outputs)
 #   make grade    autograde submitted/<student>/<lesson>/ in the sandbox -> autograded/, feedback/,
 #                 grades.csv, reports/ (JOBS=N grades N at a time; SCHEDULER=tcp://host:8786 on a Dask cluster;
 #                 UNSANDBOXED=1 runs student code unsandboxed)
@@ -21,7 +22,7 @@ JOBS ?= 1
 SCHEDULER ?=
 UNSANDBOXED ?=
 
-.PHONY: setup sandbox lab test release grade bench
+.PHONY: setup sandbox browser lab test release grade bench site
 
 setup: $(STAMP)
 
@@ -30,6 +31,12 @@ sandbox:
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap util-linux >/dev/null; }; } || \
 		echo "bubblewrap is missing: install it (apt-get install bubblewrap) or grade with UNSANDBOXED=1" >&2
+
+# make test opens the course website in a real headless browser: Debian's Chromium, installed where we can.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; } || \
+		echo "chromium is missing: install it (apt-get install chromium) for the website's browser test" >&2
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
 	@echo "Setting up $(VENV)/ (torch with CUDA, torch_xla, Jupyter, nbgrader, Dask): the first time downloads"
@@ -58,13 +65,17 @@ lab: setup
 # pytest-xdist: two workers, one grading the session's class, one running everything else in order
 # (tests/conftest.py). TEST_WORKERS=0 runs all in this process.
 TEST_WORKERS ?= 2
-test: setup sandbox
+test: setup sandbox browser
 	$(BIN)/python -m pytest $(TEST_PATHS) --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider \
 		-n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 release: setup
 	$(BIN)/python -m graders.pipeline release
+
+# The course website: the student notebooks with the outputs of their explanation cells -> build/site/index.html
+site: setup
+	$(BIN)/python -m graders.site --out build/site
 
 grade: setup sandbox
 	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(UNSANDBOXED),--unsandboxed)

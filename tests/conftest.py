@@ -13,7 +13,7 @@ torch.set_num_threads(1)
 
 # Tests that read the session's graded class (tests/classroom.py): with pytest-xdist they run on one worker, so
 # that the class is graded once, while the other worker runs the rest.
-CLASS_TESTS = ("tests/test_grading.py", "tests/test_corpus.py", "tests/test_cluster.py",
+CLASS_TESTS = ("tests/test_grading.py", "tests/test_corpus.py", "tests/test_cluster.py", "tests/test_site.py",
                "tests/test_runtimes.py::test_lesson_4_part_b_runs_on_eight_xla_devices")
 
 

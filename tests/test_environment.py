@@ -60,6 +60,7 @@ def test_the_licence_the_workflow_and_the_readme_agree():
     assert "(LICENSE)" in readme and "MIT" in readme
     workflow = (REPO / ".github" / "workflows" / "ci.yml").read_text()
     assert re.search(r"run: .*bash \.ci/run", workflow), "the workflow runs what CI runs"
+    assert "run: make site" in workflow and "path: build/site" in workflow, "the workflow publishes the site"
     badge = re.search(r"\[!\[make test\]\((https://github\.com/[^)]+)/actions/workflows/(\S+?)/badge\.svg\)\]", readme)
     assert badge and (REPO / ".github" / "workflows" / badge.group(2)).is_file()
     contributing = (REPO / "CONTRIBUTING.md").read_text()

@@ -1,0 +1,165 @@
+"""`make site`: the released lessons as a static website (build/site/index.html).
+
+    python -m graders.site [--out build/site] [--executed FOLDER]
+
+Sphinx with MyST-NB: MyST-NB renders a notebook's stored outputs, figures included, as HTML pages that
+Sphinx ties into one site with navigation, search and a landing page, and the same build can take
+Markdown pages. (Jupyter Book 2 is a Node.js application, a second toolchain for the same result.)
+
+Each page is a lesson's *student* notebook (notebooks/, never solutions or hidden tests) with the outputs
+of its explanation cells: run here, or taken from FOLDER/<lesson>.ipynb, the same notebook already
+executed (make test reuses the graded class's untouched submissions, so the site costs no extra run).
+Exercise and check cells are shown without outputs: unsolved, they only show their own errors. The
+landing page lists the lessons (from the README), prerequisites, study-time estimates and the hardware
+table (the README's "What runs where").
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parent.parent
+TITLE = "Training on many devices with PyTorch"
+REPOSITORY = "https://github.com/multi-device-course/pytorch-multi-device-course"
+# Estimates, exercises included, for a reader who knows a PyTorch training loop (not measured).
+STUDY_TIME = {"01-dataparallel": "1–1.5 h", "02-ddp": "2–3 h", "03-amp": "1–1.5 h", "04-accelerate-tpu": "2–3 h"}
+
+
+def lessons() -> list[str]:
+    return sorted(p.parent.name for p in (REPO / "notebooks").glob("*/*.ipynb") if p.stem == p.parent.name)
+
+
+def is_exercise(cell) -> bool:
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("solution") or meta.get("grade"))
+
+
+def page(lesson: str, executed: nbformat.NotebookNode | None) -> nbformat.NotebookNode:
+    """The released notebook with the outputs of its explanation cells (matched by cell id)."""
+    nb = nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+    outputs = {c.get("id"): c for c in executed.cells} if executed is not None else {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        ran = outputs.get(cell.get("id"))
+        if ran is None or is_exercise(cell) or ran.source != cell.source:
+            cell.outputs, cell.execution_count = [], None
+        else:
+            cell.outputs, cell.execution_count = ran.outputs, ran.execution_count
+    return nb
+
+
+def execute(lesson: str) -> nbformat.NotebookNode:
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+    with tempfile.TemporaryDirectory() as scratch:  # what the lesson writes stays out of the checkout
+        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+                       resources={"metadata": {"path": scratch}}).execute()
+    return nb
+
+
+def landing_page(names: list[str]) -> str:
+    readme = (REPO / "README.md").read_text()
+    blurbs = dict(re.findall(r"^\d\. \*\*(.+?)\*\* — (.+)$", readme.split("## The two commands")[0], re.M))
+    table = "\n".join(line for line in readme.split("## What runs where")[1].split("\n## ")[0].splitlines()
+                      if line.startswith("|"))
+    rows = []
+    for number, (name, (topic, blurb)) in enumerate(zip(names, blurbs.items()), start=1):
+        rows.append(f"{number}. [**{topic}**](lessons/{name}.ipynb) — {blurb} *About {STUDY_TIME.get(name, '1–2 h')}.*")
+    toctree = "\n".join(f"lessons/{name}" for name in names)
+    return f"""# {TITLE}
+
+Four Jupyter lessons on training one model on several GPUs or TPU chips, with auto-graded exercises.
+Every cell runs for real on the machine you have — a laptop CPU, one or more GPUs, Colab's or Kaggle's free
+runtimes (CPU, T4, 2×T4, TPU v5e-1, TPU v5e-8) — and each lesson page has its **Open in Colab** and
+**Open in Kaggle** badges. The pages here show the student notebooks with the outputs of their explanation
+cells, run on a CPU-only machine; the exercises are left for you.
+
+## Lessons
+
+{chr(10).join(rows)}
+
+Study times are estimates, exercises included.
+
+## Prerequisites
+
+- Python and a PyTorch training loop (a model, a loss, `backward()`, an optimizer step).
+- No GPU: every lesson runs on a laptop CPU, real where the CPU can do it (DDP on gloo processes, torch_xla
+  on virtual XLA:CPU devices), emulated and labelled as such where it cannot (`nn.DataParallel`).
+- To run the course locally: Python 3.11 and GNU make, then `make lab` in a clone of
+  [the repository]({REPOSITORY}).
+
+## What runs where
+
+{table}
+
+```{{toctree}}
+:hidden:
+:maxdepth: 1
+
+{toctree}
+```
+
+The course's code and text are under the MIT licence.
+"""
+
+
+CONF = f'''project = "{TITLE}"
+extensions = ["myst_nb"]
+nb_execution_mode = "off"  # the outputs are already in the notebooks
+myst_enable_extensions = ["colon_fence"]
+html_theme = "sphinx_book_theme"
+html_title = "{TITLE}"
+html_theme_options = {{"repository_url": "{REPOSITORY}", "use_repository_button": True, "show_toc_level": 2}}
+html_last_updated_fmt = None
+exclude_patterns = ["_build"]
+suppress_warnings = ["mystnb.unknown_mime_type"]
+'''
+
+
+def build(out: Path, executed: Path | None = None) -> Path:
+    names = lessons()
+    with tempfile.TemporaryDirectory(prefix="site-src-") as tmp:
+        src = Path(tmp)
+        (src / "lessons").mkdir()
+        for name in names:
+            ran = None
+            if executed is not None:
+                ran = nbformat.read(executed / f"{name}.ipynb", as_version=4)
+            else:
+                print(f"running {name} for its outputs", flush=True)
+                ran = execute(name)
+            nbformat.write(page(name, ran), src / "lessons" / f"{name}.ipynb")
+        (src / "index.md").write_text(landing_page(names))
+        (src / "conf.py").write_text(CONF)
+        if out.exists():
+            shutil.rmtree(out)
+        build_run = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going",
+                                    str(src), str(out)], capture_output=True, text=True)
+        if build_run.returncode:
+            raise RuntimeError(f"sphinx-build failed:\n{build_run.stdout[-3000:]}\n{build_run.stderr[-3000:]}")
+    return out / "index.html"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=REPO / "build" / "site")
+    parser.add_argument("--executed", type=Path, default=None,
+                        help="a folder of the lessons' notebooks, already executed (<lesson>.ipynb)")
+    args = parser.parse_args(argv)
+    index = build(args.out.resolve(), args.executed)
+    print(f"built {index}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
