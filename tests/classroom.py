@@ -94,20 +94,29 @@ def _attack_context(root: Path, listener: Listener) -> tuple[dict, list[Path]]:
 
 
 def kill_a_busy_worker(client, killed: dict, stop: threading.Event) -> None:
-    """Once a worker runs nbgrader for a submission, kill the worker process (SIGKILL, no goodbye)."""
+    """Once a worker's kernel runs a submission, kill the worker process (SIGKILL, no goodbye)."""
     while not stop.is_set():
         pids = client.run(os.getpid)
         for address, keys in client.processing().items():
             if not keys or address not in pids:
                 continue
             worker = psutil.Process(pids[address])
-            if any("nbgrader" in " ".join(c.cmdline()) for c in worker.children(recursive=True) if c.is_running()):
-                time.sleep(2)  # mid-submission: its kernel is running cells
+            # mid-submission: a kernel runs the submission's cells (nbgrader itself runs as a fork of the worker's
+            # nbgrader server, which stays up between submissions)
+            if any("ipykernel_launcher" in _cmdline(c) for c in worker.children(recursive=True)):
+                time.sleep(2)
                 killed.update(pid=worker.pid, key=client.processing().get(address, keys)[0],
                               children=worker.children(recursive=True))
                 os.kill(worker.pid, signal.SIGKILL)
                 return
         time.sleep(0.2)
+
+
+def _cmdline(process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # it ended meanwhile
+        return ""
 
 
 def grade_the_class(root: Path) -> Graded:
