@@ -177,14 +177,19 @@ def release(root: Path = REPO) -> list[Path]:
 RUN_ALL_GOES_ON = "raises-exception"
 
 
+def is_exercise_cell(cell) -> bool:
+    """A code cell a student completes (a solution cell) or that checks it (a grade cell)."""
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("solution") or meta.get("grade"))
+
+
 def _let_run_all_go_on(path: Path) -> None:
     """Tag the released exercise and check cells "raises-exception": an unsolved exercise fails its cells, and
     JupyterLab's Run All (which stops at the first error) goes on to the rest of the lesson. Only the student
     version: on the solutions nbval must still fail on any error."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade")):
+        if is_exercise_cell(cell):
             tags = cell.metadata.setdefault("tags", [])
             if RUN_ALL_GOES_ON not in tags:
                 tags.append(RUN_ALL_GOES_ON)

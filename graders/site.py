@@ -26,6 +26,8 @@ from pathlib import Path
 
 import nbformat
 
+from graders import pipeline
+
 REPO = Path(__file__).resolve().parent.parent
 TITLE = "Training on many devices with PyTorch"
 REPOSITORY = "https://github.com/multi-device-course/pytorch-multi-device-course"
@@ -37,11 +39,6 @@ def lessons() -> list[str]:
     return sorted(p.parent.name for p in (REPO / "notebooks").glob("*/*.ipynb") if p.stem == p.parent.name)
 
 
-def is_exercise(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("solution") or meta.get("grade"))
-
-
 def page(lesson: str, executed: nbformat.NotebookNode | None) -> nbformat.NotebookNode:
     """The released notebook with the outputs of its explanation cells (matched by cell id)."""
     nb = nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
@@ -50,7 +47,7 @@ def page(lesson: str, executed: nbformat.NotebookNode | None) -> nbformat.Notebo
         if cell.cell_type != "code":
             continue
         ran = outputs.get(cell.get("id"))
-        if ran is None or is_exercise(cell) or ran.source != cell.source:
+        if ran is None or pipeline.is_exercise_cell(cell) or ran.source != cell.source:
             cell.outputs, cell.execution_count = [], None
         else:
             cell.outputs, cell.execution_count = ran.outputs, ran.execution_count

@@ -30,6 +30,8 @@ STOP_GRACE_S = 5.0
 
 def run(command: list[str], timeout_s: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """One command, its output captured (text). Raises TimeoutError past `timeout_s`, with nothing left running."""
+    if not isinstance(command, (list, tuple)):
+        raise ValueError(f"command must be a list of arguments, got {type(command).__name__}")
     return run_all([command], timeout_s=timeout_s, env=env)[0]
 
 

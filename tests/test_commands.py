@@ -76,6 +76,7 @@ def test_an_interrupted_cell_stops_the_launcher_and_its_workers():
 @pytest.mark.parametrize("call, match", [
     (lambda: commands.run_all([]), "commands"),
     (lambda: commands.run_all(["python"]), "commands"),
+    (lambda: commands.run("torchrun --standalone script.py"), "command must be a list"),
     (lambda: commands.run(["true"], timeout_s=0), "timeout_s"),
     (lambda: commands.run(["true"], env={"A": 1}), "env"),
 ])
