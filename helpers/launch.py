@@ -268,7 +268,7 @@ def _root_cause(procs, readers, values, rank, details) -> WorkerFailed:
     return WorkerFailed(rank, details)
 
 
-ROOT_CAUSE_WAIT_S = 1.0
+ROOT_CAUSE_WAIT_S = 2.0  # only spent when no other rank has failed
 
 
 def _stop(procs) -> None:
