@@ -1,7 +1,7 @@
 """nbgrader's Execute, made to survive kernel crashes cell by cell.
 
 It writes the index of each cell before running it to GRADER_PROGRESS_FILE. When the kernel dies
-(or hangs past its cell's timeout and does not answer the interrupt),
+(or hangs past its cell's timeout and does not answer the interrupt, or uses up the job's processes),
 the pipeline grades the submission again with that cell in GRADER_SKIP_CELLS: a skipped cell is
 not run and carries an error instead, so it (and a test that needs it) scores 0 while every other
 cell runs as usual in a fresh kernel.
@@ -26,7 +26,7 @@ import secrets
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 
-from graders import judge
+from graders import judge, limits
 from helpers import grading
 
 SKIPPED = "KernelDied"
@@ -36,6 +36,10 @@ STDERR_NOTE = "[written on stderr; warnings do not change the grade]\n"
 
 def skipped_cells() -> set[int]:
     return {int(i) for i in os.environ.get("GRADER_SKIP_CELLS", "").split(",") if i.strip()}
+
+
+class ProcessLimitReached(RuntimeError):
+    """The cell used up its job's processes (graders/limits.py): the job was stopped, the cell is skipped."""
 
 
 class CrashSafeExecute(Execute):
@@ -61,14 +65,23 @@ class CrashSafeExecute(Execute):
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "code" and index in skipped_cells():
-            cell.outputs = [NotebookNode(output_type="error", ename=SKIPPED, evalue="",
-                                         traceback=[f"{SKIPPED}: this cell killed or hung the grading kernel, so it was not run."])]
+            why = "this cell killed or hung the grading kernel (or used up its processes), so it was not run."
+            cell.outputs = [NotebookNode(output_type="error", ename=SKIPPED, evalue="", traceback=[f"{SKIPPED}: {why}"])]
             return cell, resources
         progress = os.environ.get("GRADER_PROGRESS_FILE")
         if progress and cell.cell_type == "code":
             with open(progress, "w") as f:
                 f.write(str(index))
-        cell, resources = super().preprocess_cell(cell, resources, index)
+        watch = limits.ProcessLimitWatch()
+        try:
+            with watch:
+                cell, resources = super().preprocess_cell(cell, resources, index)
+        except Exception as error:
+            if watch.fired:
+                raise ProcessLimitReached(limits.PROCESS_LIMIT) from error
+            raise
+        if watch.fired:
+            raise ProcessLimitReached(limits.PROCESS_LIMIT)
         if cell.metadata.get("nbgrader", {}).get("grade"):
             stderr_to_stdout(cell)
         return cell, resources

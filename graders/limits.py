@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 ROOT = "/sys/fs/cgroup"
@@ -117,21 +118,27 @@ class JobGroups:
 
     def remove(self) -> None:
         """Kill what is left in the groups (a submission's orphans) and remove them."""
+        kill_all(self.paths)
         for path in self.paths:
-            for _ in range(50):
-                pids = _pids(path)
-                if not pids:
-                    break
-                for pid in pids:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-                time.sleep(0.1)
             try:
                 os.rmdir(path)
             except OSError:
                 pass
+
+
+def kill_all(paths: list[str]) -> None:
+    """SIGKILL every process in the groups, round after round: a process can fork while the others die."""
+    for path in paths:
+        for _ in range(50):
+            pids = _pids(path)
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.1)
 
 
 def _pids(path: str) -> list[int]:
@@ -142,9 +149,70 @@ def _pids(path: str) -> list[int]:
         return []
 
 
+def job_paths() -> list[str]:
+    """This job's groups, from the environment the pipeline gives the job (GRADER_CGROUPS)."""
+    return [p for p in os.environ.get("GRADER_CGROUPS", "").split(os.pathsep) if p]
+
+
+def process_limit_hits(paths: list[str]) -> int:
+    """How many times a process or thread of the job could not start because the job had used up its processes
+    (the "max" count of pids.events, cgroup v1 and v2 alike)."""
+    hits = 0
+    for path in paths:
+        try:
+            with open(os.path.join(path, "pids.events")) as f:
+                hits += sum(int(line.split()[1]) for line in f if line.startswith("max "))
+        except (OSError, ValueError, IndexError):
+            continue
+    return hits
+
+
+PROCESS_LIMIT = "the cell used up its job's processes"
+
+
+class ProcessLimitWatch:
+    """While a cell runs, stop the job as soon as it reaches its process limit: a fork bomb's copies fill the
+    limit in a moment and then spin on failing forks, and the kernel can no longer start a thread. Waiting for
+    the cell's timeout would burn it (300 s by default) on every CPU the job's share allows, and the cells after
+    it could hang or crash at random. Every process of the job is killed (the kernel with them): the pipeline
+    grades the submission again with this cell skipped, like a cell that killed its kernel.
+    Without a process cgroup (limits not bounded here) it watches nothing; prlimit's bound still holds."""
+
+    POLL_S = 0.2
+
+    def __init__(self, paths: list[str] | None = None):
+        self.paths = [p for p in (job_paths() if paths is None else paths) if os.path.exists(os.path.join(p, "pids.events"))]
+        self.fired = False
+        self._done = threading.Event()
+
+    def __enter__(self) -> "ProcessLimitWatch":
+        if self.paths:
+            self._start = process_limit_hits(self.paths)
+            self._thread = threading.Thread(target=self._watch, daemon=True)
+            self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.POLL_S):
+            if self._check():
+                return
+
+    def _check(self) -> bool:
+        if not self.fired and process_limit_hits(self.paths) > self._start:
+            self.fired = True
+            kill_all(self.paths)
+        return self.fired
+
+    def __exit__(self, *exc) -> None:
+        if self.paths:
+            self._done.set()
+            self._thread.join()
+            self._check()  # a cell that ended (its fork failed) with the job still at its limit
+
+
 def join(pid: int | None = None) -> None:
     """Move this process (the kernel launcher, before it starts the jail) into the job's groups."""
-    for path in filter(None, os.environ.get("GRADER_CGROUPS", "").split(os.pathsep)):
+    for path in job_paths():
         _write(os.path.join(path, "cgroup.procs"), str(pid or os.getpid()))
 
 

@@ -478,6 +478,12 @@ def execute(task: Task, template: bytes, slots: Slots) -> Outcome:
     return outcome
 
 
+# Submissions are graded side by side on one machine (JOBS, Dask workers): GNU OpenMP's idle threads, which spin
+# by default, would burn the CPU the other kernels need (10-17% of it with three lessons on two cores, measured).
+# Passive waiting changes no result; an instructor's own OMP_WAIT_POLICY wins.
+SHARED_MACHINE_OMP = "PASSIVE"
+
+
 def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) -> Outcome:
     student, lesson = task.student, task.lesson
     skipped: dict[int, str] = {}  # cell index -> what it did to the kernel
@@ -487,7 +493,8 @@ def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict)
         os.chmod(ipc, 0o700)
         canaries, verdicts = os.path.join(private, "canaries.json"), os.path.join(private, "verdicts.json")
         env = {"GRADER_CELL_TIMEOUT": str(task.cell_timeout), "GRADER_PROGRESS_FILE": progress.name,
-               "GRADER_CANARY_FILE": canaries, **job_env}
+               "GRADER_CANARY_FILE": canaries, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP),
+               **job_env}
         if slots.spec_dir:
             env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=slots.spec_dir,
                        GRADER_SANDBOX_UID=str(uid), GRADER_READONLY=str(REPO / "helpers"))
@@ -506,7 +513,8 @@ def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict)
                 break
             reason = _reason(proc)
             cell = _read_int(progress.name)
-            if reason not in (KERNEL_DIED, KERNEL_HUNG) or cell is None or cell in skipped or len(skipped) >= MAX_CRASHES:
+            skippable = reason in (KERNEL_DIED, KERNEL_HUNG, limits.PROCESS_LIMIT) and cell is not None
+            if not skippable or cell in skipped or len(skipped) >= MAX_CRASHES:
                 return Outcome("not graded: " + reason)
             skipped[cell] = reason
         solution = course / "solutions" / lesson / f"{lesson}.ipynb"
@@ -655,6 +663,8 @@ def _read_int(path: str) -> int | None:
 
 def _reason(proc) -> str:
     text = proc.stdout + proc.stderr
+    if limits.PROCESS_LIMIT in text:  # before the dead kernel it caused
+        return limits.PROCESS_LIMIT
     if STALLED in text:
         return KERNEL_HUNG
     if "timed out after" in text:

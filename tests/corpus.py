@@ -14,6 +14,8 @@ from typing import Callable
 
 import nbformat
 
+from graders.execute import SKIPPED
+
 LESSON = "01-dataparallel"
 POINTS = {"split_sizes_tests": 2, "device_samples_tests": 2, "dp_gradients_tests": 3,
           "device0_extra_tests": 3, "portable_checkpoint_tests": 3, "quiz_tests": 2}
@@ -141,6 +143,15 @@ for _name, _target in [("leak.txt", "{secret}"), ("gradebook.ipynb", "{root}/gra
 '''
 
 
+def _only_the_bombs_cell_was_skipped(root, ctx):
+    """The fork bomb's job is stopped at its process limit (graders/limits.py): its own cell is the one skipped,
+    not a later cell that happened to hang or crash for want of a thread."""
+    graded = nbformat.read(root / "autograded" / "fork_bomb" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    skipped = [c.metadata.get("nbgrader", {}).get("grade_id", f"cell {i}") for i, c in enumerate(graded.cells)
+               if any(o.get("ename") == SKIPPED for o in c.get("outputs", []))]
+    assert skipped == ["device0_extra"], f"skipped: {skipped}"
+
+
 def _links_did_nothing(root, ctx):
     secret = Path(ctx["secret"])
     assert secret.read_text() == "TOPSECRET" and (secret.stat().st_mode & 0o777) == 0o600, "the secret was touched"
@@ -199,6 +210,8 @@ print(dict(os.environ))
 def _environment_stays_outside(root, ctx):
     graded = (root / "autograded" / "environment" / LESSON / f"{LESSON}.ipynb").read_text()
     assert "PATH" in graded and ctx["env_secret"] not in graded, "the grader's environment reached the student's code"
+    # what the grader does set: idle OpenMP threads sleep, on a machine shared with other submissions
+    assert "'OMP_WAIT_POLICY': 'PASSIVE'" in graded, "graded kernels should wait passively (pipeline.SHARED_MACHINE_OMP)"
 
 
 STEAL = '''import glob, sqlite3
@@ -331,7 +344,7 @@ CASES = [
     Case("infinite_loop", edit("split_sizes", "while True:\n    pass\n"), {**FULL, "split_sizes_tests": 0}),
     Case("memory_bomb", edit("dp_gradients", "_hog = bytearray(64 * 2**30)\n"), {**FULL, "dp_gradients_tests": 0}),
     Case("fork_bomb", edit("device0_extra", "import os\nwhile True:\n    os.fork()\n"), {**FULL, "device0_extra_tests": 0},
-         status="graded (cell"),
+         status="graded (cell", check=_only_the_bombs_cell_was_skipped),
     Case("os_exit", edit("device_samples", "import os\nos._exit(3)\n"), {**FULL, "device_samples_tests": 0},
          status="graded (cell"),
     Case("deleted_test_cell", notebook(_delete_test), FULL),

@@ -44,3 +44,59 @@ def test_without_cgroups_the_grader_says_what_it_cannot_bound(tmp_path, monkeypa
 
 def test_each_job_gets_a_share_of_memory():
     assert limits.default_memory_bytes(1) >= limits.default_memory_bytes(4) >= 4 * 2**30
+
+
+def _bomb_in(job, code):
+    """A process in the job's groups that runs `code` (as the grading kernel does once it joined them)."""
+    return subprocess.Popen([sys.executable, "-c", "from graders import limits; limits.join()\n" + code],
+                            env={**os.environ, **job.env(), "PYTHONPATH": os.getcwd()})
+
+
+FORK_BOMB = """
+import os, time
+while True:
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.01)
+"""
+
+
+def test_a_fork_bomb_is_stopped_when_it_reaches_its_jobs_process_limit():
+    """The watch kills every process of the job within moments of the limit, not at the cell's timeout."""
+    job = limits.JobGroups(f"course-grader-test-{os.getpid()}", 4 * 2**30, 24).create()
+    if not any(os.path.exists(os.path.join(p, "pids.events")) for p in job.paths):
+        pytest.skip(job.describe())
+    try:
+        with limits.ProcessLimitWatch(job.paths) as watch:
+            bomb = _bomb_in(job, FORK_BOMB)
+            start = time.monotonic()
+            while not watch.fired and time.monotonic() - start < 30:
+                time.sleep(0.05)
+            assert watch.fired, "the watch should see the job at its process limit"
+            assert bomb.wait(timeout=10) == -9, "the bomb is killed"
+            assert time.monotonic() - start < 10
+        assert all(not limits._pids(p) for p in job.paths), "nothing of the job is left"
+    finally:
+        job.remove()
+
+
+def test_a_job_below_its_process_limit_is_left_alone():
+    job = limits.JobGroups(f"course-grader-test-{os.getpid()}", 4 * 2**30, 64).create()
+    if not any(os.path.exists(os.path.join(p, "pids.events")) for p in job.paths):
+        pytest.skip(job.describe())
+    try:
+        with limits.ProcessLimitWatch(job.paths) as watch:
+            busy = _bomb_in(job, "import subprocess, sys\n"
+                                 "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1)']) for _ in range(8)]\n"
+                                 "assert all(k.wait() == 0 for k in kids)")
+            assert busy.wait(timeout=60) == 0
+        assert not watch.fired
+    finally:
+        job.remove()
+
+
+def test_the_watch_needs_no_cgroups():
+    with limits.ProcessLimitWatch([]) as watch:
+        pass
+    assert not watch.fired and limits.process_limit_hits(["/nonexistent"]) == 0
