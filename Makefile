@@ -63,10 +63,12 @@ lab: setup
 		$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" '--ContentsManager.hide_globs=$(LAB_HIDE)' $(ROOT_FLAG) $(LAB_ARGS)
 
 # pytest-xdist: two workers, one grading the session's class, one running everything else in order
-# (tests/conftest.py). TEST_WORKERS=0 runs all in this process.
+# (tests/conftest.py). TEST_WORKERS=0 runs all in this process. Three or four lessons run at once on a small
+# machine: GNU OpenMP's idle threads sleep instead of spinning on the CPU the others need (as graded kernels
+# do, graders/pipeline.py); the fork-safety test runs with the default.
 TEST_WORKERS ?= 2
 test: setup sandbox browser
-	$(BIN)/python -m pytest $(TEST_PATHS) --nbval-lax --nbval-current-env \
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m pytest $(TEST_PATHS) --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider \
 		-n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
