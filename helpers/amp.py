@@ -119,10 +119,14 @@ def scaler_trajectory(overflow: Sequence[bool], init_scale: float = 2.0**16, gro
 
 
 def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype | None, steps: int = 10,
-                 loss_fn=F.mse_loss) -> float:
-    """Mean seconds of a training step (forward, backward, SGD step) in fp32 or under autocast."""
+                 loss_fn=F.mse_loss, max_seconds: float | None = None) -> float:
+    """Mean seconds of a training step (forward, backward, SGD step) in fp32 or under autocast, over `steps`
+    steps after a warm-up step; with `max_seconds`, fewer once the measured steps have taken that long (at least
+    one): an fp16 step on a CPU without fp16 units can take seconds, and more of them would not say more."""
     positive_int("steps", steps)
     low_precision_dtype("dtype", dtype)
+    if max_seconds is not None:
+        positive_number("max_seconds", max_seconds)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     device = x.device.type
     times = []
@@ -134,7 +138,9 @@ def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, dtype: torc
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    return sum(times[1:]) / steps
+        if max_seconds is not None and len(times) > 1 and sum(times[1:]) >= max_seconds:
+            break
+    return sum(times[1:]) / len(times[1:])
 
 
 def matmul_tflops(n: int = 4096, dtype: torch.dtype = torch.bfloat16, repeats: int = 10) -> float:

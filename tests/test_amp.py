@@ -108,6 +108,19 @@ def test_ddp_with_autocast_tracks_fp32():
     assert abs(curves["fp32"][-1] - curves["bf16"][-1]) < 0.02
 
 
+def test_step_seconds_stop_early_once_the_time_is_spent(monkeypatch):
+    """max_seconds bounds the measured steps (after the warm-up, at least one); without it every step runs."""
+    calls, clock = [], iter(range(0, 1000, 2))  # each step "takes" 2 s
+    monkeypatch.setattr(amp.training, "step", lambda *args: calls.append(args))
+    monkeypatch.setattr(amp.time, "perf_counter", lambda: next(clock))
+    net, x, y = models.MLP(16, 8, 2), torch.randn(4, 16), torch.randn(4, 2)
+    assert amp.step_seconds(net, x, y, None, steps=5, max_seconds=3) == 2 and len(calls) == 1 + 2
+    calls.clear()
+    assert amp.step_seconds(net, x, y, None, steps=5, max_seconds=0.5) == 2 and len(calls) == 1 + 1
+    calls.clear()
+    assert amp.step_seconds(net, x, y, None, steps=5) == 2 and len(calls) == 1 + 5
+
+
 def test_step_seconds_are_measured():
     net = models.MLP(16, 32, 2)
     assert amp.step_seconds(net, torch.randn(8, 16), torch.randn(8, 2), torch.bfloat16, steps=2) > 0
@@ -127,6 +140,7 @@ def test_step_seconds_are_measured():
     (lambda: training.step(models.MLP(), None, torch.ones(1, 32), None, F.mse_loss, torch.int8), "autocast_dtype"),
     (lambda: training.step(models.MLP(), None, torch.ones(1, 32), None, F.mse_loss, max_grad_norm=0), "max_grad_norm"),
     (lambda: amp.step_seconds(models.MLP(), torch.ones(1, 32), torch.ones(1, 4), torch.float32), "dtype"),
+    (lambda: amp.step_seconds(models.MLP(), torch.ones(1, 32), torch.ones(1, 4), None, max_seconds=0), "max_seconds"),
     (lambda: amp.matmul_tflops(n=0), "n"),
     (lambda: amp.amp_worker(0, 1, "fp8"), "dtype_name"),
 ])
