@@ -39,11 +39,35 @@ def _cell(nb, grade_id):
 
 
 def _solution(repo):
-    return nbformat.read(repo / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    return without_demonstrations(nbformat.read(repo / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4), LESSON)
 
 
 def _released(repo):
-    return nbformat.read(repo / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    return without_demonstrations(nbformat.read(repo / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4), LESSON)
+
+
+# Each lesson's slowest explanation cells that only measure or demonstrate and that no later cell depends on,
+# each found by a line of its own (1: 2.3 s of 6 s; 2: ~21 s of 34 s, torchrun and a deliberate timeout among
+# them; 3: 11 s of 17 s, fp16 on a CPU; 4: ~12 s of 40 s). Submissions that are there for their score alone --
+# the corpus's 40 attacks, wrong_quiz, warnings -- leave them out, as a student may. nbval, the class's full and
+# blank submissions (and the website, made from the blank ones) run every cell of every lesson.
+DEMONSTRATIONS = {
+    LESSON: ("plotting.plot_losses(curves)", "plotting.plot_phases(timings)"),
+    "02-ddp": ("ddp.dataparallel_step_time(**shape)", "mp.spawn(ddp.hello_spawn", "torchrun = commands.TORCHRUN",
+               "helpers.ddp_scripts.step4_multinode", "launch.launch(ddp.uneven_worker, WORLD, args=([3, 2],), timeout_s=5)"),
+    "03-amp": ("amp.step_seconds(net, x, y, dtype", "launch.launch(amp.amp_worker, 2"),
+    "04-accelerate-tpu": ("helpers.accelerate_script", "print(xla.run(xla.device_summary))",
+                          "lightning_demo.samplers_seen(n_samples=10"),
+}
+
+
+def without_demonstrations(nb, lesson):
+    markers = DEMONSTRATIONS[lesson]
+    dropped = [c for c in nb.cells if c.cell_type == "code" and any(m in c.source for m in markers)]
+    assert len(dropped) == len(markers), f"each of {lesson}'s demonstrations is one code cell"
+    assert not any(c.metadata.get("nbgrader") for c in dropped), "only explanation cells go"
+    nb.cells = [c for c in nb.cells if not any(c is d for d in dropped)]
+    return nb
 
 
 def _save(nb, folder, name=f"{LESSON}.ipynb"):
@@ -391,7 +415,8 @@ CASES = [
 
 
 # The rest of the class graded with the corpus (tests/classroom.py): every lesson's solution, its released
-# notebook and the solution with one wrong answer, and correct answers that print warnings.
+# notebook and the solution with one wrong answer, and correct answers that print warnings (these two without
+# the lesson's demonstrations).
 LESSON_POINTS = {
     LESSON: POINTS,
     "02-ddp": {"shard_tests": 2, "loader_tests": 2, "average_tests": 2, "accumulate_tests": 3,
@@ -436,6 +461,6 @@ def write_class_submission(folder: Path, repo: Path, lesson: str, edit) -> None:
         _save(nbformat.read(repo / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4), folder, f"{lesson}.ipynb")
         return
     nb = nbformat.read(repo / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
-    if edit:
-        edit(nb)
+    if edit:  # a score to check, not the lesson's demonstrations
+        edit(without_demonstrations(nb, lesson))
     _save(nb, folder, f"{lesson}.ipynb")
