@@ -47,12 +47,13 @@ def _released(repo):
 
 
 # Each lesson's slowest explanation cells that only measure or demonstrate and that no later cell depends on,
-# each found by a line of its own (1: 2.3 s of 6 s; 2: ~21 s of 34 s, torchrun and a deliberate timeout among
+# each found by a line of its own (1: ~3 s of 6 s; 2: ~21 s of 34 s, torchrun and a deliberate timeout among
 # them; 3: 11 s of 17 s, fp16 on a CPU; 4: ~12 s of 40 s). Submissions that are there for their score alone --
 # the corpus's 40 attacks, wrong_quiz, warnings -- leave them out, as a student may. nbval, the class's full and
 # blank submissions (and the website, made from the blank ones) run every cell of every lesson.
 DEMONSTRATIONS = {
-    LESSON: ("plotting.plot_losses(curves)", "plotting.plot_phases(timings)"),
+    LESSON: ("plotting.plot_losses(curves)", "reports[name] = memory.measure_step(wrapped", "ratios[k] = (report.source",
+             "plotting.plot_phases(timings)"),
     "02-ddp": ("ddp.dataparallel_step_time(**shape)", "mp.spawn(ddp.hello_spawn", "torchrun = commands.TORCHRUN",
                "helpers.ddp_scripts.step4_multinode", "launch.launch(ddp.uneven_worker, WORLD, args=([3, 2],), timeout_s=5)"),
     "03-amp": ("amp.step_seconds(net, x, y, dtype", "launch.launch(amp.amp_worker, 2"),
