@@ -17,9 +17,20 @@ CLASS_TESTS = ("tests/test_grading.py", "tests/test_corpus.py", "tests/test_clus
                "tests/test_runtimes.py::test_lesson_4_part_b_runs_on_eight_xla_devices")
 
 
+# And, after those, tests that start no process on this machine's network (XLA:CPU runs, the release, the
+# hardware check): the class's worker has time left once the class is graded, the other worker has none.
+ALONGSIDE_THE_CLASS = ("tests/test_hw_check.py::test_xla_compile_counts", "tests/test_notebooks.py", "tests/test_xla.py")
+ON_THE_NETWORK = ("tests/test_xla.py::test_lightning_inserts_a_distributed_sampler",)  # Lightning's DDP on gloo
+
+
+def _matches(nodeid: str, tests) -> bool:
+    return any(nodeid == t or nodeid.startswith(t + "::") or nodeid.startswith(t + "[") for t in tests)
+
+
 def pytest_xdist_make_scheduler(config, log):
     """`make test` runs on two pytest-xdist workers: one grades the class (tests/classroom.py: its kernels run in
-    the sandbox, in network namespaces of their own) and runs the tests that read it; the other runs everything
+    the sandbox, in network namespaces of their own) and runs the tests that read it (then ALONGSIDE_THE_CLASS,
+    so that both workers end at about the same time); the other runs everything
     else in order (a notebook's cells in one kernel, nbval), so that no two tests ever launch processes on this
     machine's network at once (two launches could race for a port). (xdist's `--dist loadgroup` could not express
     this with pytest 9.2 anyway: its group marks are lost with pytest's structured node ids, pytest-xdist #1386.)"""
@@ -27,7 +38,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class CourseScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if any(nodeid == t or nodeid.startswith(t + "::") or nodeid.startswith(t + "[") for t in CLASS_TESTS):
+            if _matches(nodeid, CLASS_TESTS + ALONGSIDE_THE_CLASS) and not _matches(nodeid, ON_THE_NETWORK):
                 return "the graded class"
             return "everything else"
 
