@@ -154,6 +154,24 @@ def test_a_port_taken_before_rank_0_listens_costs_one_more_try(monkeypatch):
         taken.close()
 
 
+# What a rank printed when rank 0's store reset its connection while the group formed (a loaded machine, make test)
+RESET_IN_RENDEZVOUS = """Traceback (most recent call last):
+  File "/work/main/helpers/launch.py", line 303, in _run_rank
+    dist.init_process_group(p.backend, rank=rank, world_size=p.n_procs, timeout=timedelta(seconds=timeout_s))
+  File "/work/main/.venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1769, in init_process_group
+    default_pg, _ = _new_process_group_helper(
+  File "/work/main/.venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1996, in _new_process_group_helper
+    backend_class = ProcessGroupGloo(
+torch.distributed.DistNetworkError: Connection reset by peer
+"""
+
+
+def test_a_connection_reset_while_the_group_forms_costs_one_more_try():
+    assert launch._rendezvous_failed(launch.WorkerFailed(1, RESET_IN_RENDEZVOUS))
+    in_training = RESET_IN_RENDEZVOUS.replace(", in init_process_group\n", ", in train\n")
+    assert not launch._rendezvous_failed(launch.WorkerFailed(1, in_training)), "after the group formed: the worker's"
+
+
 def test_a_worker_that_fails_is_not_launched_twice():
 
     def fails(rank, world_size):
