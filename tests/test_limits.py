@@ -62,38 +62,45 @@ while True:
 """
 
 
-def test_a_fork_bomb_is_stopped_when_it_reaches_its_jobs_process_limit():
+@pytest.fixture
+def job_of():
+    """A job's groups with a process limit of `max_processes` (removed after the test); skipped without cgroups."""
+    made = []
+
+    def make(max_processes):
+        job = limits.JobGroups(f"course-grader-test-{os.getpid()}", 4 * 2**30, max_processes).create()
+        made.append(job)
+        if not any(os.path.exists(os.path.join(p, "pids.events")) for p in job.paths):
+            pytest.skip(job.describe())
+        return job
+
+    yield make
+    for job in made:
+        job.remove()
+
+
+def test_a_fork_bomb_is_stopped_when_it_reaches_its_jobs_process_limit(job_of):
     """The watch kills every process of the job within moments of the limit, not at the cell's timeout."""
-    job = limits.JobGroups(f"course-grader-test-{os.getpid()}", 4 * 2**30, 24).create()
-    if not any(os.path.exists(os.path.join(p, "pids.events")) for p in job.paths):
-        pytest.skip(job.describe())
-    try:
-        with limits.ProcessLimitWatch(job.paths) as watch:
-            bomb = _bomb_in(job, FORK_BOMB)
-            start = time.monotonic()
-            while not watch.fired and time.monotonic() - start < 30:
-                time.sleep(0.05)
-            assert watch.fired, "the watch should see the job at its process limit"
-            assert bomb.wait(timeout=10) == -9, "the bomb is killed"
-            assert time.monotonic() - start < 10
-        assert all(not limits._pids(p) for p in job.paths), "nothing of the job is left"
-    finally:
-        job.remove()
+    job = job_of(24)
+    with limits.ProcessLimitWatch(job.paths) as watch:
+        bomb = _bomb_in(job, FORK_BOMB)
+        start = time.monotonic()
+        while not watch.fired and time.monotonic() - start < 30:
+            time.sleep(0.05)
+        assert watch.fired, "the watch should see the job at its process limit"
+        assert bomb.wait(timeout=10) == -9, "the bomb is killed"
+        assert time.monotonic() - start < 10
+    assert all(not limits._pids(p) for p in job.paths), "nothing of the job is left"
 
 
-def test_a_job_below_its_process_limit_is_left_alone():
-    job = limits.JobGroups(f"course-grader-test-{os.getpid()}", 4 * 2**30, 64).create()
-    if not any(os.path.exists(os.path.join(p, "pids.events")) for p in job.paths):
-        pytest.skip(job.describe())
-    try:
-        with limits.ProcessLimitWatch(job.paths) as watch:
-            busy = _bomb_in(job, "import subprocess, sys\n"
-                                 "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1)']) for _ in range(8)]\n"
-                                 "assert all(k.wait() == 0 for k in kids)")
-            assert busy.wait(timeout=60) == 0
-        assert not watch.fired
-    finally:
-        job.remove()
+def test_a_job_below_its_process_limit_is_left_alone(job_of):
+    job = job_of(64)
+    with limits.ProcessLimitWatch(job.paths) as watch:
+        busy = _bomb_in(job, "import subprocess, sys\n"
+                             "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1)']) for _ in range(8)]\n"
+                             "assert all(k.wait() == 0 for k in kids)")
+        assert busy.wait(timeout=60) == 0
+    assert not watch.fired
 
 
 def test_the_watch_needs_no_cgroups():
