@@ -31,7 +31,7 @@ _SLOTS_LOCK = threading.Lock()
 def connect(scheduler: str):
     """A Dask client for `scheduler`: an address (tcp://host:8786, tls://..., a Gateway's), or local:N for a
     LocalCluster of N worker processes with one thread each on this machine."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     if not scheduler:
         raise ValueError("scheduler must be an address such as tcp://host:8786, or local:N")
@@ -39,10 +39,18 @@ def connect(scheduler: str):
         workers = scheduler.removeprefix("local:")
         if not workers.isdigit() or int(workers) < 1:
             raise ValueError(f"scheduler local:N needs a number of workers N >= 1, got {scheduler!r}")
-        cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, protocol="tcp://",
-                               dashboard_address=None)
-        return Client(cluster)
+        return Client(local_cluster(int(workers)))
     return Client(scheduler, timeout="60s")
+
+
+def local_cluster(workers: int):
+    """A LocalCluster of `workers` processes with one thread each, over TCP, on this machine. It has no dashboard,
+    so its workers keep no statistical profile either (sampling their threads every 10 ms, for nobody)."""
+    from distributed import LocalCluster
+
+    # Each worker's Nanny sets this in the worker process it starts, and again when it restarts a dead one.
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, protocol="tcp://",
+                        dashboard_address=None, config={"distributed.worker.profile.enabled": False})
 
 
 def run(scheduler, tasks: list[pipeline.Task], template: bytes, log=None):

@@ -72,6 +72,7 @@ class Graded:
     killed: dict = field(default_factory=dict)  # the worker killed mid-submission: pid, key, its processes then
     log: list = field(default_factory=list)  # the coordinator's progress lines
     cleanup: list = field(default_factory=list)  # folders made outside the course for the attacks
+    profiling: dict = field(default_factory=dict)  # worker address -> whether Dask's statistical profiler ran
 
     def close(self) -> None:
         for folder in self.cleanup:
@@ -120,7 +121,10 @@ def _cmdline(process) -> str:
 
 
 def grade_the_class(root: Path) -> Graded:
-    from distributed import Client, LocalCluster
+    import dask
+    from distributed import Client
+
+    from graders import cluster as dask_cluster
 
     shutil.copytree(REPO / "solutions", root / "solutions")
     listener = Listener()
@@ -137,14 +141,14 @@ def grade_the_class(root: Path) -> Graded:
     graded = Graded(root, {}, {}, ctx, 0, cleanup=cleanup)
     stop = threading.Event()
     try:
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, protocol="tcp://",
-                          dashboard_address=None) as cluster, Client(cluster) as client:
+        with dask_cluster.local_cluster(2) as cluster, Client(cluster) as client:
             killer = threading.Thread(target=kill_a_busy_worker, args=(client, graded.killed, stop), daemon=True)
             killer.start()
             results = pipeline.grade(root, cell_timeout=CELL_TIMEOUT, submission_timeout=900, sandboxed=SANDBOXED,
                                      scheduler=client, log=graded.log.append, lesson_timeouts=LESSON_TIMEOUTS)
             stop.set()
             killer.join(timeout=30)
+            graded.profiling = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
     finally:
         listener.close()
         os.environ.pop("INSTRUCTOR_TOKEN", None)

@@ -45,6 +45,12 @@ def test_a_worker_killed_mid_submission_costs_a_retry_elsewhere(graded_class):
     assert not list(graded_class.root.glob("autograded/*/*/.*.recording")), "a partial write was left behind"
 
 
+def test_the_local_workers_keep_no_statistical_profile(graded_class):
+    """graders.cluster.local_cluster, which graded the class: no dashboard shows a profile, so no worker samples one
+    (the worker restarted after the kill included)."""
+    assert len(graded_class.profiling) == 2 and set(graded_class.profiling.values()) == {False}
+
+
 def test_the_readme_commands_grade_on_a_scheduler_and_worker_the_same(graded_class, tmp_path):
     """The README's three commands as written (this machine as coordinator and worker) grade a submission of the
     session's class again, in another course root: the same grade."""
