@@ -48,9 +48,10 @@ def _released(repo):
 
 # Each lesson's slowest explanation cells that only measure or demonstrate and that no later cell depends on,
 # each found by a line of its own (1: ~3 s of 6 s; 2: ~21 s of 34 s, torchrun and a deliberate timeout among
-# them; 3: 11 s of 17 s, fp16 on a CPU; 4: ~12 s of 40 s). Submissions that are there for their score alone --
-# the corpus's 40 attacks, wrong_quiz, warnings -- leave them out, as a student may. nbval, the class's full and
-# blank submissions (and the website, made from the blank ones) run every cell of every lesson.
+# them; 3: 11 s of 17 s, fp16 on a CPU; 4: ~12 s of 40 s). Submissions that are there for their score -- the
+# corpus's 40 attacks, and the class's full, wrong_quiz and warnings -- leave them out, as a student may. The
+# class's blank submissions run every cell of every lesson in the sandbox (none but the exercises and checks may
+# fail there: test_grading.py; the website shows their outputs), and nbval runs every cell of every solution.
 DEMONSTRATIONS = {
     LESSON: ("plotting.plot_losses(curves)", "reports[name] = memory.measure_step(wrapped", "ratios[k] = (report.source",
              "plotting.plot_phases(timings)"),
@@ -448,7 +449,8 @@ def _warning_answer_dp(nb):
         "    rows = -(-batch_size // n_devices)", '    warnings.warn("a student\'s own warning")\n    rows = -(-batch_size // n_devices)', 1)
 
 
-# student -> {lesson: edit of the solution (None: the solution as is, "blank": the released notebook)}
+# student -> {lesson: edit of the solution, without its DEMONSTRATIONS (None: no edit), or "blank": the whole
+# released notebook}
 CLASS = {
     "full": {lesson: None for lesson in LESSON_POINTS},
     "blank": {lesson: "blank" for lesson in LESSON_POINTS},
@@ -461,7 +463,7 @@ def write_class_submission(folder: Path, repo: Path, lesson: str, edit) -> None:
     if edit == "blank":
         _save(nbformat.read(repo / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4), folder, f"{lesson}.ipynb")
         return
-    nb = nbformat.read(repo / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
-    if edit:  # a score to check, not the lesson's demonstrations
-        edit(without_demonstrations(nb, lesson))
+    nb = without_demonstrations(nbformat.read(repo / "solutions" / lesson / f"{lesson}.ipynb", as_version=4), lesson)
+    if edit:
+        edit(nb)
     _save(nb, folder, f"{lesson}.ipynb")

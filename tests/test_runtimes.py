@@ -287,9 +287,9 @@ def test_lesson_4_part_b_runs_on_one_xla_device(repo, monkeypatch):
 
 @needs_xla
 def test_lesson_4_part_b_runs_on_eight_xla_devices(graded_class):
-    """Kaggle's v5e-8 shape (8 virtual XLA:CPU devices, the default): the whole of lesson 4 ran so when the session's
-    class was graded (the solution scored full marks there, tests/test_grading.py); nbval runs it so as well.
-    What part B printed there:"""
+    """Kaggle's v5e-8 shape (8 virtual XLA:CPU devices, the default): lesson 4 ran so when the session's class was
+    graded (the solution scored full marks there, tests/test_grading.py; the blank notebook ran every explanation
+    cell); nbval runs it so as well. What part B printed in the solution's run:"""
     import nbformat
 
     assert hardware.virtual_xla_devices() == 8
