@@ -48,7 +48,7 @@ def test_compilation_counts_follow_the_shapes():
         ([8] * 6, {}), ([8] * 5 + [4], {}), ([8] * 6, {"optimizer": "adam"}), ([8] * 6, {"item_every_step": True}),
         ([8] * 6, {"sync_every_step": False}), ([8, 8, 4, 2, 4], {}), ([4, 8, 8], {"optimizer": "adam"}),
     ]
-    results = xla.run_many((xla.count_compiles, (sizes,), kw) for sizes, kw in jobs)
+    results = [xla.run(xla.count_compiles, sizes, **kw) for sizes, kw in jobs]  # each in a process of its own
     assert [r["compiles"] for r in results] == [1, 2, 2, 2, 1, 3, 2]
     assert [r["executions"] for r in results][:5] == [6, 6, 6, 12, 1]
 
@@ -56,10 +56,8 @@ def test_compilation_counts_follow_the_shapes():
 @needs_xla
 def test_buckets_cap_the_compilations_without_changing_the_maths():
     lengths = [3, 7, 5, 2, 9, 4, 6]
-    raw, padded = xla.run_many([
-        (xla.count_compiles, ([2] * 7, lengths), {"item_every_step": True}),
-        (xla.count_compiles, ([2] * 7, lengths), {"item_every_step": True, "pad_to": lambda n: 4 if n <= 4 else 16}),
-    ])
+    raw = xla.run(xla.count_compiles, [2] * 7, lengths, item_every_step=True)
+    padded = xla.run(xla.count_compiles, [2] * 7, lengths, item_every_step=True, pad_to=lambda n: 4 if n <= 4 else 16)
     assert raw["compiles"] >= len(set(lengths)) and padded["compiles"] <= 2 * 2  # two buckets, .item() graphs included
     assert padded["losses"] == pytest.approx(raw["losses"], rel=1e-5)
 
