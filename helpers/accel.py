@@ -18,7 +18,7 @@ import torch.nn.functional as F  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from . import data, ddp, launch as _launch  # noqa: E402
+from . import data, ddp, fresh as _fresh, launch as _launch  # noqa: E402
 from ._validate import positive_int, positive_number  # noqa: E402
 
 
@@ -149,7 +149,9 @@ def checkpoint_worker(folder: str) -> dict:
     return {"equal": all(torch.equal(saved[k], restored[k]) for k in saved), "files": sorted(os.listdir(folder))}
 
 
-PROBE = "from accelerate import Accelerator; a = Accelerator(cpu=True); print(a.device, a.distributed_type)"
+# Section A6's probe, forked from a server that imported torch alone (a second a probe less than a fresh
+# interpreter): Accelerate and torch_xla, which read the variables probed when imported, are imported anew each time.
+PROBE_SERVER = _fresh.ForkServer(["torch", "helpers.accelerate_probe"])
 
 
 def _steers_device(name: str) -> bool:
@@ -160,19 +162,18 @@ def _steers_device(name: str) -> bool:
 
 
 def accelerator_device(extra_env: dict) -> str:
-    """What `Accelerator(cpu=True)` runs on in a fresh, isolated Python process (`python -I`) with `extra_env`
-    added to this process's environment less USE_TORCH_XLA, as section A6's `accelerate_device` does:
-    "cpu DistributedType.NO", "xla:0 DistributedType.XLA", ... or the last line of the error. For the grader,
-    which runs it on environments a notebook chose: only the variables that choose a device (USE_TORCH_XLA,
-    PJRT_DEVICE, ACCELERATE_*) are passed on; anything else (LD_PRELOAD, PYTHONPATH, ...) is left out."""
-    import subprocess
-    import sys
-
+    """What `Accelerator(cpu=True)` runs on in a process of its own (fresh for Accelerate and torch_xla: a child of
+    PROBE_SERVER) whose environment is this process's less USE_TORCH_XLA, plus `extra_env`: "cpu
+    DistributedType.NO", "xla:0 DistributedType.XLA", ... or the last line of the error. For the grader, which runs
+    it on environments a notebook chose: only the variables that choose a device (USE_TORCH_XLA, PJRT_DEVICE,
+    ACCELERATE_*) are passed on; anything else (LD_PRELOAD, PYTHONPATH, ...) is left out."""
+    from . import accelerate_probe
     from ._validate import str_dict
 
     str_dict("extra_env", extra_env)
     env = {k: v for k, v in os.environ.items() if k != "USE_TORCH_XLA"}
     env.update({k: v for k, v in extra_env.items() if _steers_device(k)})
-    out = subprocess.run([sys.executable, "-I", "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
-    lines = out.stdout.strip().splitlines() or out.stderr.strip().splitlines() or [""]
-    return lines[-1]
+    try:
+        return _fresh.run(accelerate_probe.device, env, server=PROBE_SERVER, timeout_s=120)
+    except RuntimeError as error:  # Accelerate refused: its error's last line, as a terminal would show it
+        return (str(error).strip().splitlines() or [""])[-1]

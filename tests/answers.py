@@ -4,15 +4,12 @@ cell; tests/test_answers.py runs the exercise's test cell (visible and hidden te
 must pass, a wrong one must fail.
 
 ANSWERS[lesson][grade_id of the solution cell] = {"right": {name: source}, "wrong": {name: source}}
-CONTEXT[lesson] = source run once after the lesson's setup and import cells, for names the test cells use
-that the lesson defines in other cells (optional).
 """
 
 import importlib
 from pathlib import Path
 
-ANSWERS, CONTEXT = {}, {}
+ANSWERS = {}
 for _path in sorted(Path(__file__).parent.glob("answers_[0-9][0-9].py")):
     _module = importlib.import_module(_path.stem)
     ANSWERS.update(_module.ANSWERS)
-    CONTEXT.update(getattr(_module, "CONTEXT", {}))

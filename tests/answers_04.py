@@ -4,21 +4,7 @@ The exercises that launch processes (convert, gather) or XLA runs (trap's probes
 seconds per answer: they keep to a few right and wrong answers each, chosen one per class of mistake.
 """
 
-from pathlib import Path
-
-import nbformat
-
 LESSON = "04-accelerate-tpu"
-
-
-def _accelerate_device_cell():
-    """Section A6's cell, which defines `accelerate_device` for the trap's test, without its demonstration."""
-    nb = nbformat.read(Path(__file__).parent.parent / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
-    source = next(c.source for c in nb.cells if c.cell_type == "code" and "def accelerate_device" in c.source)
-    return "\n".join(line for line in source.splitlines() if not line.startswith("print("))
-
-
-CONTEXT = {LESSON: _accelerate_device_cell()}
 
 WORKER = '''
 def my_accelerate_worker(n_samples, batch_size, epochs, lr, seed):

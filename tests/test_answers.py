@@ -16,7 +16,7 @@ import os
 import nbformat
 import pytest
 
-from answers import ANSWERS, CONTEXT
+from answers import ANSWERS
 from conftest import REPO
 from graders import judge
 
@@ -48,7 +48,6 @@ def namespaces():
             with contextlib.redirect_stdout(io.StringIO()):
                 for cell in _cells(lesson)[:2]:  # the setup cell and the imports
                     exec(cell.source, namespace)
-                exec(CONTEXT.get(lesson, ""), namespace)
             made[lesson] = namespace
         return dict(made[lesson])
 
