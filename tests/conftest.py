@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -9,6 +10,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # graders/ is imported by the grading tests
 os.environ.setdefault("MPLBACKEND", "Agg")
 torch.set_num_threads(1)
+# The stop-button tests interrupt a process with SIGINT, as Jupyter does its kernel (whose SIGINT raises
+# KeyboardInterrupt). A test run started in the background by a script (`make test &`) inherits SIGINT ignored,
+# and so would every process it starts: they would wait out their timeouts instead.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # Tests that read the session's graded class (tests/classroom.py): with pytest-xdist they run on one worker, so
