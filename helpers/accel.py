@@ -151,7 +151,14 @@ def checkpoint_worker(folder: str) -> dict:
 
 # Section A6's probe, forked from a server that imported torch alone (a second a probe less than a fresh
 # interpreter): Accelerate and torch_xla, which read the variables probed when imported, are imported anew each time.
+# On Linux; elsewhere (no fork on Windows, an unsafe one on macOS) each probe is a fresh interpreter.
 PROBE_SERVER = _fresh.ForkServer(["torch", "helpers.accelerate_probe"])
+
+
+def _probe_server():
+    import sys
+
+    return PROBE_SERVER if sys.platform.startswith("linux") else None
 
 
 def _steers_device(name: str) -> bool:
@@ -163,7 +170,7 @@ def _steers_device(name: str) -> bool:
 
 def accelerator_device(extra_env: dict) -> str:
     """What `Accelerator(cpu=True)` runs on in a process of its own (fresh for Accelerate and torch_xla: a child of
-    PROBE_SERVER) whose environment is this process's less USE_TORCH_XLA, plus `extra_env`: "cpu
+    PROBE_SERVER on Linux) whose environment is this process's less USE_TORCH_XLA, plus `extra_env`: "cpu
     DistributedType.NO", "xla:0 DistributedType.XLA", ... or the last line of the error. For the grader, which runs
     it on environments a notebook chose: only the variables that choose a device (USE_TORCH_XLA, PJRT_DEVICE,
     ACCELERATE_*) are passed on; anything else (LD_PRELOAD, PYTHONPATH, ...) is left out."""
@@ -174,6 +181,6 @@ def accelerator_device(extra_env: dict) -> str:
     env = {k: v for k, v in os.environ.items() if k != "USE_TORCH_XLA"}
     env.update({k: v for k, v in extra_env.items() if _steers_device(k)})
     try:
-        return _fresh.run(accelerate_probe.device, env, server=PROBE_SERVER, timeout_s=120)
+        return _fresh.run(accelerate_probe.device, env, server=_probe_server(), timeout_s=120)
     except RuntimeError as error:  # Accelerate refused: its error's last line, as a terminal would show it
         return (str(error).strip().splitlines() or [""])[-1]

@@ -92,6 +92,12 @@ def test_torch_xla_trap_its_fix_and_the_probe_that_shows_them():
     assert os.environ["USE_TORCH_XLA"] == "0"  # set by importing helpers.accel on a machine without TPU
 
 
+def test_the_probe_starts_a_fresh_interpreter_where_it_cannot_fork(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert accel._probe_server() is None
+    assert accel.accelerator_device({"USE_TORCH_XLA": "maybe"}) == "ValueError: invalid truth value maybe"
+
+
 @pytest.mark.parametrize("kwargs, match", [(dict(fn=None), "fn"), (dict(num_processes=0), "num_processes"),
                                            (dict(args=[1]), "args")])
 def test_launch_rejects_bad_arguments(kwargs, match):
