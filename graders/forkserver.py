@@ -35,9 +35,9 @@ PRELOAD = {
                  "nbclient", "jupyter_client.manager", "sqlalchemy", "alembic"),
     # Not helpers.accel: importing it sets USE_TORCH_XLA, which lesson 4's judgements set for themselves.
     # torch._dynamo: torch.optim imports it with the first optimizer a judgement makes (0.9 CPU-s a notebook).
-    "judge": ("graders.judge", "torch", "torch._dynamo", "torch.distributed", "torch.multiprocessing", "matplotlib.pyplot", "helpers.amp",
-              "helpers.checkpoints", "helpers.data", "helpers.dataparallel", "helpers.ddp", "helpers.launch",
-              "helpers.memory", "helpers.models", "helpers.plotting", "helpers.training"),
+    "judge": ("graders.judge", "torch", "torch._dynamo", "torch.distributed", "torch.multiprocessing",
+              "matplotlib.pyplot", "helpers.amp", "helpers.checkpoints", "helpers.data", "helpers.dataparallel",
+              "helpers.ddp", "helpers.launch", "helpers.memory", "helpers.models", "helpers.plotting", "helpers.training"),
 }
 
 

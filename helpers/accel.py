@@ -8,6 +8,7 @@ Accelerate would otherwise pick `xla:0` even for `Accelerator(cpu=True)`.
 from __future__ import annotations
 
 import os
+import sys
 
 from .hardware import tpu_present
 
@@ -156,8 +157,6 @@ PROBE_SERVER = _fresh.ForkServer(["torch", "helpers.accelerate_probe"])
 
 
 def _probe_server():
-    import sys
-
     return PROBE_SERVER if sys.platform.startswith("linux") else None
 
 
