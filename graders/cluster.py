@@ -48,6 +48,8 @@ def local_cluster(workers: int):
     so its workers keep no statistical profile either (sampling their threads every 10 ms, for nobody)."""
     from distributed import LocalCluster
 
+    if type(workers) is not int or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     # Each worker's Nanny sets this in the worker process it starts, and again when it restarts a dead one.
     return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, protocol="tcp://",
                         dashboard_address=None, config={"distributed.worker.profile.enabled": False})

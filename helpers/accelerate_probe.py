@@ -8,10 +8,13 @@ are set.
 
 import os
 
+from ._validate import str_dict
+
 
 def device(env: dict) -> str:
     """Set this process's environment to `env`, then import Accelerate: "cpu DistributedType.NO",
     "xla:0 DistributedType.XLA", ..."""
+    str_dict("env", env)
     os.environ.clear()
     os.environ.update(env)
     from accelerate import Accelerator

@@ -92,6 +92,16 @@ def test_torch_xla_trap_its_fix_and_the_probe_that_shows_them():
     assert os.environ["USE_TORCH_XLA"] == "0"  # set by importing helpers.accel on a machine without TPU
 
 
+def test_the_probe_refuses_what_is_not_an_environment():
+    from helpers import accelerate_probe
+
+    for bad in ([("USE_TORCH_XLA", "0")], {"USE_TORCH_XLA": 0}, "USE_TORCH_XLA=0"):
+        with pytest.raises(ValueError, match="env"):
+            accelerate_probe.device(bad)
+        with pytest.raises(ValueError, match="extra_env"):
+            accel.accelerator_device(bad)
+
+
 def test_the_probe_starts_a_fresh_interpreter_where_it_cannot_fork(monkeypatch):
     monkeypatch.setattr(sys, "platform", "win32")
     assert accel._probe_server() is None

@@ -51,6 +51,17 @@ def test_the_local_workers_keep_no_statistical_profile(graded_class):
     assert len(graded_class.profiling) == 2 and set(graded_class.profiling.values()) == {False}
 
 
+def test_a_local_cluster_needs_a_worker():
+    from graders import cluster
+
+    for bad in (0, -1, "2", True, 1.5):
+        with pytest.raises(ValueError, match="workers"):
+            cluster.local_cluster(bad)
+    for bad in ("", "local:0", "local:x", "local:"):
+        with pytest.raises(ValueError, match="scheduler"):
+            cluster.connect(bad)
+
+
 def test_the_readme_commands_grade_on_a_scheduler_and_worker_the_same(graded_class, tmp_path):
     """The README's three commands as written (this machine as coordinator and worker) grade a submission of the
     session's class again, in another course root: the same grade."""
