@@ -11,7 +11,10 @@ warned (numpy's overflow warning, a FutureWarning of a deprecated spelling) lost
 test cell wrote on stderr is kept, marked, on stdout: the grade depends on the tests alone.
 
 Before the kernel starts, PrepareCells removes every hidden test's judge part (graders/judge.py: the
-kernel never sees the expected answers) and puts a canary cell after each graded cell and at the end:
+kernel never sees the expected answers) and moves the rest of the hidden block (setup and collect) into a
+cell of its own right after its graded cell, which the kernel runs without storing it in its history (no
+`In`, `_ih` or `%history` of a later cell shows it; JoinHiddenParts puts it back into its graded cell before
+anything is saved). It also puts a canary cell after each graded cell and at the end:
 it prints one random token with the kernel's own report of changed hooks (helpers.grading.kernel_changes),
 and raises an error with another. After the run, CheckCanaries takes them out
 again and writes to GRADER_CANARY_FILE which of them did not come back as an honest kernel returns them:
@@ -30,7 +33,12 @@ from graders import judge, limits
 from helpers import grading
 
 SKIPPED = "KernelDied"
-MAX_OUTPUT_BYTES = int(os.environ.get("GRADER_MAX_OUTPUT_BYTES", str(2**20)))  # per cell; errors always kept
+MAX_OUTPUT_BYTES = int(os.environ.get("GRADER_MAX_OUTPUT_BYTES", str(2**20)))  # what a cell prints
+# Everything a cell outputs, the hidden tests' collected results included, and everything a notebook outputs:
+# a submission cannot make the graded notebook, the feedback or the coordinator's memory grow past these.
+MAX_CELL_BYTES = int(os.environ.get("GRADER_MAX_CELL_BYTES", str(8 * 2**20)))
+MAX_NOTEBOOK_BYTES = int(os.environ.get("GRADER_MAX_NOTEBOOK_BYTES", str(32 * 2**20)))
+MAX_ERROR_CHARS = 20_000  # an error is always kept, but not a gigabyte of its message
 STDERR_NOTE = "[written on stderr; warnings do not change the grade]\n"
 
 
@@ -44,29 +52,71 @@ class ProcessLimitReached(RuntimeError):
 
 class CrashSafeExecute(Execute):
     def output(self, outs, msg, display_id, cell_index):
-        """Keep at most MAX_OUTPUT_BYTES of a cell's output (a student can print gigabytes); an error is
-        always kept, or dropping it would turn a failing test into a passing one."""
-        used = getattr(self, "_output_bytes", {})
-        self._output_bytes = used
-        collected = msg["content"].get("data", {}).get(grading.MIME)
-        if collected is not None:  # the hidden tests' data: a cap of its own, not counted with the printing
-            if len(collected) > grading.MAX_BYTES:
-                return None
-        elif msg["msg_type"] != "error":
-            size = _content_bytes(msg["content"])
-            if used.get(cell_index, 0) + size > MAX_OUTPUT_BYTES:
-                if used.get(cell_index, 0) <= MAX_OUTPUT_BYTES:
-                    outs.append(NotebookNode(output_type="stream", name="stdout",
-                                             text=f"[more than {MAX_OUTPUT_BYTES} bytes of output: the rest was dropped]\n"))
-                    used[cell_index] = MAX_OUTPUT_BYTES + 1
-                return None
-            used[cell_index] = used.get(cell_index, 0) + size
+        """Keep what fits the caps: MAX_OUTPUT_BYTES of printing per cell, MAX_CELL_BYTES of all of a cell's
+        outputs (collections included), MAX_NOTEBOOK_BYTES for the notebook. An error is always kept
+        (shortened), or dropping it would turn a failing test into a passing one."""
+        content = msg["content"]
+        if msg["msg_type"] == "error":
+            _shorten_error(content)
+            return super().output(outs, msg, display_id, cell_index)
+        data = content.get("data", {})
+        if grading.MIME in data:  # the hidden tests' data travels alone, with its one line of text
+            content["data"] = {grading.MIME: data[grading.MIME], "text/plain": str(data.get("text/plain", ""))[:200]}
+            content["metadata"] = {}
+        size = _content_bytes(content)
+        cell = self._owner(cell_index)
+        printed, total = self._printed.get(cell, 0), self._cell_total.get(cell, 0)
+        fits = (total + size <= MAX_CELL_BYTES and self._notebook_total + size <= MAX_NOTEBOOK_BYTES
+                and (grading.MIME in content.get("data", {}) or printed + size <= MAX_OUTPUT_BYTES))
+        if not fits:
+            if cell not in self._dropped:
+                self._dropped.add(cell)
+                outs.append(NotebookNode(output_type="stream", name="stdout",
+                                         text="[the cell's output passed the grader's size limits: the rest was dropped]\n"))
+            return None
+        if grading.MIME not in content.get("data", {}):
+            self._printed[cell] = printed + size
+        self._cell_total[cell] = total + size
+        self._notebook_total += size
         return super().output(outs, msg, display_id, cell_index)
+
+    def _update_display_id(self, display_id, msg):
+        """A display updated in place is output too: it must fit the notebook's cap."""
+        size = _content_bytes(msg["content"])
+        if self._notebook_total + size > MAX_NOTEBOOK_BYTES:
+            return
+        self._notebook_total += size
+        super()._update_display_id(display_id, msg)
+
+    def handle_comm_msg(self, outs, msg, cell_index):
+        """Widgets' messages are not kept: a graded notebook needs no widget state, and a comm could carry any
+        amount of data past the caps (or register an output hook that takes over a cell's outputs)."""
+
+    def reset_execution_trackers(self):
+        super().reset_execution_trackers()
+        self._printed, self._cell_total, self._dropped, self._notebook_total = {}, {}, set(), 0
+
+    def preprocess(self, nb, resources=None, km=None):
+        try:
+            return super().preprocess(nb, resources, km)
+        except Exception as error:  # the kernel would not start, or nbclient gave up: the first cause stays
+            if not os.path.exists(os.environ.get("GRADER_OUTCOME_FILE", "") or "/nonexistent"):
+                record_failure(type(error).__name__)
+            raise
+
+    def _owner(self, index: int) -> int:
+        """The notebook cell an output belongs to: a hidden part's outputs are its graded cell's."""
+        cells = getattr(self, "nb", None) and self.nb.cells
+        return index - 1 if cells and index < len(cells) and HIDDEN_PART in cells[index].metadata else index
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "code" and index in skipped_cells():
             why = "this cell killed or hung the grading kernel (or used up its processes), so it was not run."
             cell.outputs = [NotebookNode(output_type="error", ename=SKIPPED, evalue="", traceback=[f"{SKIPPED}: {why}"])]
+            return cell, resources
+        inserted = any(key in cell.metadata for key in INSERTED)
+        if HIDDEN_PART in cell.metadata and _errored(self.nb.cells[index - 1]):
+            cell.outputs = []  # the visible tests failed: the rest of the cell does not run, as in one cell
             return cell, resources
         progress = os.environ.get("GRADER_PROGRESS_FILE")
         if progress and cell.cell_type == "code":
@@ -75,16 +125,44 @@ class CrashSafeExecute(Execute):
         watch = limits.ProcessLimitWatch()
         try:
             with watch:
-                cell, resources = super().preprocess_cell(cell, resources, index)
+                if inserted:  # the grader's own cells stay out of the kernel's history
+                    self._check_assign_resources(resources)
+                    cell, resources = self.execute_cell(cell, index, store_history=False), self.resources
+                else:
+                    cell, resources = super().preprocess_cell(cell, resources, index)
         except Exception as error:
+            record_failure(ProcessLimitReached.__name__ if watch.fired else type(error).__name__)
             if watch.fired:
                 raise ProcessLimitReached(limits.PROCESS_LIMIT) from error
             raise
         if watch.fired:
+            record_failure(ProcessLimitReached.__name__)
             raise ProcessLimitReached(limits.PROCESS_LIMIT)
-        if cell.metadata.get("nbgrader", {}).get("grade"):
+        if cell.metadata.get("nbgrader", {}).get("grade") or HIDDEN_PART in cell.metadata:
             stderr_to_stdout(cell)
         return cell, resources
+
+
+def record_failure(kind: str) -> None:
+    """What stopped the run, in the grader's own words (an exception class of nbclient or of this module), for
+    the pipeline: never parsed from text a kernel could have written."""
+    path = os.environ.get("GRADER_OUTCOME_FILE")
+    if path:
+        with open(path, "w") as f:
+            f.write(kind)
+
+
+def _errored(cell) -> bool:
+    return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+
+
+def _shorten_error(content) -> None:
+    content["evalue"] = str(content.get("evalue", ""))[:MAX_ERROR_CHARS]
+    lines, kept = content.get("traceback", []) or [], []
+    for line in lines[-50:]:
+        kept.append(str(line)[:MAX_ERROR_CHARS])
+    content["traceback"] = kept
+    content["ename"] = str(content.get("ename", ""))[:200]
 
 
 def stderr_to_stdout(cell) -> None:
@@ -96,10 +174,12 @@ def stderr_to_stdout(cell) -> None:
 
 def _content_bytes(content) -> int:
     parts = [content.get("text", "")] + [str(v) for v in content.get("data", {}).values()]
-    return sum(len(p) for p in parts)
+    return sum(len(p) for p in parts) + len(str(content.get("metadata", "")))
 
 
 CANARY = "grader_canary"
+HIDDEN_PART = "grader_hidden_part"
+INSERTED = (CANARY, HIDDEN_PART)  # the marks of the grader's own cells: a submission's cells never keep them
 OWN_FUNCTIONS = ("collect", "dumps", "encode", "kernel_changes")  # checked in the canary's own code, too
 
 
@@ -107,13 +187,45 @@ class PrepareCells(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         cells = []
         for cell in nb.cells:
-            if cell.cell_type == "code":
-                cell.source = judge.for_kernel(cell.source)
+            for key in INSERTED:  # a student's cell dressed as the grader's would run, then vanish
+                cell.metadata.pop(key, None)
             cells.append(cell)
-            if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code":
+            graded = cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade")
+            if cell.cell_type == "code":
+                parts, kernel_source = judge.split(cell.source), judge.for_kernel(cell.source)
+                cell.source = kernel_source
+                if graded and parts:
+                    cell.source = parts["visible"]
+                    cells.append(_hidden_part(kernel_source[len(parts["visible"]):]))
+            if graded:
                 cells.append(_canary())
         cells.append(_canary())
         nb.cells = cells
+        return nb, resources
+
+
+def _hidden_part(source: str) -> NotebookNode:
+    """The setup and collect of a graded cell's hidden tests (the judge part already gone), as a cell of its own."""
+    cell = NotebookNode(cell_type="code", source=source, metadata=NotebookNode({HIDDEN_PART: True}), outputs=[],
+                        execution_count=None)
+    cell["id"] = "hidden-" + secrets.token_hex(8)
+    return cell
+
+
+class JoinHiddenParts(NbGraderPreprocessor):
+    """Each hidden part back into its graded cell: the source the kernel ran, and its outputs after the visible
+    tests' (what the judge and nbgrader score)."""
+
+    def preprocess(self, nb, resources):
+        kept = []
+        for cell in nb.cells:
+            if HIDDEN_PART in cell.metadata and kept:
+                graded = kept[-1]
+                graded.source += cell.source
+                graded.outputs = list(graded.get("outputs", [])) + list(cell.get("outputs", []))
+                continue
+            kept.append(cell)
+        nb.cells = kept
         return nb, resources
 
 
@@ -161,10 +273,10 @@ def reported_changes(outputs, expected) -> list[str]:
     for line in printed.splitlines():
         if line.startswith(expected["printed"] + " ["):
             try:
-                changes = ast.literal_eval(line[len(expected["printed"]) + 1:])
-            except (ValueError, SyntaxError):
+                changes = ast.literal_eval(line[len(expected["printed"]) + 1:][:100_000])
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
                 return ["the kernel's report of its hooks was unreadable"]
-            return [str(c)[:300] for c in changes][:20] if isinstance(changes, list) else []
+            return grading.in_grader_words(changes)
     return []
 
 

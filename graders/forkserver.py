@@ -100,6 +100,7 @@ def serve(kind: str, requests=sys.stdin, replies=sys.stdout) -> None:
                 _die_with_the_server()
                 devnull = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(devnull, 0)  # stdin carries the server's requests
+                _limit_memory(request.get("memory_bytes"))
                 status = job(request)
             except BaseException:  # noqa: BLE001 - the job's failure is its exit status and its stderr
                 traceback.print_exc()
@@ -112,6 +113,15 @@ def serve(kind: str, requests=sys.stdin, replies=sys.stdout) -> None:
         replies.flush()
         replies.write(f"done {_wait(pid, requests)}\n")
         replies.flush()
+
+
+def _limit_memory(memory_bytes) -> None:
+    """A job's address space, when its request bounds it (the judge, a feedback page: their work grows with what
+    a submission sent)."""
+    import resource
+
+    if memory_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (int(memory_bytes), int(memory_bytes)))
 
 
 def _die_with_the_server() -> None:

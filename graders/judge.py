@@ -18,8 +18,9 @@ The grading kernel never sees the judge part (graders/execute.py strips it), so 
 expected answers either. Here, the judge part runs on the data decoded from the graded notebook's
 collection output, in a namespace made from the instructor's cells tagged "prelude" (the imports),
 the setup part and `_got`. Verdicts per grade cell: passed, a message, and flags when the kernel was
-tampered with (its own report of changed hooks, a collection that never arrived although the cell
-reported no error, several collections for one cell).
+tampered with (its own report of changed hooks, in the grader's words; a collection that never arrived
+although the cell reported no error; several collections for one cell), and flags for review the code a
+student wrote that reaches for references, forbidden functions or the kernel's machinery (graders/audit.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import traceback
 
 import nbformat
 
+from graders import audit
 from helpers import grading
 
 BEGIN, END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
@@ -112,7 +114,7 @@ def judge(solution, graded) -> dict:
         found, problems = collections(cell)
         verdict["flags"] += problems
         for c in found:
-            verdict["flags"] += [change for change in c["kernel"] if change not in verdict["flags"]]
+            verdict["flags"] += [change for change in grading.in_grader_words(c["kernel"]) if change not in verdict["flags"]]
         mine = [c for c in found if c["name"] == grade_id]
         errored = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
         if len(mine) != 1 or len(found) != 1:
@@ -135,6 +137,7 @@ def judge(solution, graded) -> dict:
             verdict["passed"] = True
     for v in verdicts.values():
         flags += v["flags"]
+    flags += audit.audit(audit.student_cells(solution, graded))
     return {"cells": verdicts, "flags": sorted(set(flags))}
 
 

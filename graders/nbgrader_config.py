@@ -17,7 +17,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from graders.execute import CheckCanaries, CrashSafeExecute, PrepareCells  # noqa: E402
+from graders.execute import CheckCanaries, CrashSafeExecute, JoinHiddenParts, PrepareCells  # noqa: E402
 from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
@@ -38,11 +38,13 @@ c.Execute.timeout = int(os.environ.get("GRADER_CELL_TIMEOUT", "300"))
 c.Execute.interrupt_on_timeout = True
 
 # A kernel crash costs the cell that caused it, not the submission; the kernel never sees the hidden tests'
-# judge parts; canary cells show whether the submission changed how its kernel runs cells (graders/execute.py).
+# judge parts, nor keeps the rest of them in its history; canary cells show whether the submission changed how
+# its kernel runs cells (graders/execute.py).
 c.Autograde.autograde_preprocessors = [
     PrepareCells,
     CrashSafeExecute,
     CheckCanaries,
+    JoinHiddenParts,
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

@@ -4,20 +4,48 @@
   student's hook can print every cell's source), its error's class and message, are replaced by one
   line saying whether the cell's tests passed.
 * Outputs that a browser would run or render as markup (HTML, JavaScript, SVG, Markdown, LaTeX) are
-  replaced by their plain-text form, and raw HTML in Markdown cells is shown as text.
+  replaced by their plain-text form, which the page escapes; PNG and JPEG images stay if their data is
+  base64 and their sizes numbers.
+* Markdown cells, raw cells and graders' comments become HTML cleaned by bleach against an allow-list:
+  plain text markup only (headings, paragraphs, lists, code, tables, links, images), links to http, https,
+  mailto or an anchor in the page, images from http or https; any other tag is shown as text, any other
+  attribute dropped. Math stays as text for the page's MathJax (loaded with its Safe extension).
 """
 
+import html
 import json
 import os
 import re
 
+import bleach
+from nbconvert.filters.markdown_mistune import InvalidNotebook, IPythonRenderer, MarkdownWithMath
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
 NOTICE = "Hidden tests ran here. Their code and output are not shown."
 SAFE_DATA = ("text/plain", "image/png", "image/jpeg")
-CODE_SPANS = re.compile(r"(`+[^`]*`+)")  # shown as written by Markdown already
-TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+SAFE_TAGS = {
+    *HEADINGS, "p", "br", "hr", "div", "span", "em", "strong", "b", "i", "del", "s", "sub", "sup", "kbd",
+    "code", "pre", "blockquote", "ul", "ol", "li", "dl", "dt", "dd", "input",
+    "table", "thead", "tbody", "tr", "th", "td", "a", "img",
+}
+SAFE_ATTRIBUTES = {
+    **{heading: ("id",) for heading in HEADINGS},  # the targets of the headings' anchor links
+    "a": ("href", "title", "class"),
+    "img": ("src", "alt", "title", "width", "height"),
+    "ol": ("start",),
+    "input": ("type", "checked", "disabled", "class"),  # a task list's checkboxes
+    **{tag: ("class",) for tag in ("div", "span", "pre", "code", "li")},  # code highlighting, task lists
+}
+# Matched from the value's first character on: a browser ignores leading spaces and control characters, and
+# tabs and line breaks anywhere, so a scheme spelt with any of those is refused, not parsed.
+SAFE_VALUES = {
+    ("a", "href"): re.compile(r"(https?:|mailto:|#)", re.I),
+    ("img", "src"): re.compile(r"https?:", re.I),
+    ("input", "type"): re.compile(r"checkbox$", re.I),
+}
 
 
 class RedactHiddenTests(ClearHiddenTests):
@@ -51,9 +79,67 @@ def _verdicts() -> dict:
 class SanitizeOutputs(NbGraderPreprocessor):
     def preprocess_cell(self, cell, resources, cell_index):
         if cell.cell_type == "markdown":
-            parts = CODE_SPANS.split(cell.source)
-            cell.source = "".join(part if i % 2 else TAG_START.sub("&lt;", part) for i, part in enumerate(parts))
+            cell.source = markdown_as_safe_html(cell.source, cell.get("attachments", {}))
+        elif cell.cell_type == "raw":  # the page shows raw cells as HTML
+            cell.source = safe_html(cell.source)
+        grading = cell.metadata.get("nbgrader", {})
+        if isinstance(grading.get("comment"), str):
+            grading["comment"] = markdown_as_safe_html(grading["comment"], {})
         for output in cell.get("outputs", []):
             if "data" in output:
-                output["data"] = {kind: value for kind, value in output["data"].items() if kind in SAFE_DATA}
+                output["data"] = {kind: value for kind, value in output["data"].items() if is_safe_data(kind, value)}
+                output["metadata"] = image_sizes(output.get("metadata", {}))
         return cell, resources
+
+
+def is_safe_data(kind: str, value) -> bool:
+    """Plain text (the page escapes it), or an image whose data is base64 and nothing more (the page writes it
+    into an attribute)."""
+    return kind == "text/plain" or (kind in SAFE_DATA and isinstance(value, str) and bool(BASE64.fullmatch(value)))
+
+
+def image_sizes(metadata: dict) -> dict:
+    """An output's metadata, less all but the numbers that size its images: the page writes a size without
+    quotes (a width of "1 onerror=..." would add an attribute), and nothing else there is needed."""
+    kept = _sizes(metadata)
+    for kind in SAFE_DATA:
+        if isinstance(metadata.get(kind), dict):
+            kept[kind] = _sizes(metadata[kind])
+    return kept
+
+
+def _sizes(entry: dict) -> dict:
+    return {key: value for key, value in entry.items()
+            if key in ("width", "height") and isinstance(value, (int, float)) and not isinstance(value, bool)}
+
+
+def markdown_as_safe_html(source: str, attachments: dict) -> str:
+    """Markdown rendered to allow-listed HTML, written so that rendering it as Markdown again (the page's
+    template does) gives it back unchanged."""
+    try:
+        rendered = _markdown_to_html(source, attachments)
+    except InvalidNotebook:  # an image of an attachment the cell lacks
+        rendered = f"<pre>{html.escape(source)}</pre>"
+    # One HTML block: Markdown passes it through verbatim up to a blank line, so the block has no line
+    # breaks at all (the character reference is the same line break to the browser, in a <pre> too).
+    block = "<div>" + safe_html(rendered).replace("\n", "&#10;") + "</div>"
+    if _markdown_to_html(block, {}).strip() != block:  # no feedback rather than HTML made of sanitized HTML
+        raise ValueError("Markdown no longer passes sanitized HTML through unchanged")
+    return block
+
+
+def _markdown_to_html(source: str, attachments: dict) -> str:
+    """The HTML nbconvert's HTML exporter makes of Markdown (its markdown2html filter)."""
+    return MarkdownWithMath(renderer=IPythonRenderer(escape=False, attachments=attachments)).render(source)
+
+
+def safe_html(text: str) -> str:
+    """The allow-listed part of HTML: other tags shown as text, other attributes and comments dropped."""
+    return bleach.clean(text, tags=SAFE_TAGS, attributes=_is_safe_attribute, protocols={"http", "https", "mailto"})
+
+
+def _is_safe_attribute(tag: str, name: str, value: str) -> bool:
+    rule = SAFE_VALUES.get((tag, name))
+    if rule is not None:
+        return bool(rule.match(value))
+    return name in SAFE_ATTRIBUTES.get(tag, ())

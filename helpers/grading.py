@@ -203,22 +203,22 @@ def kernel_changes() -> list[str]:
         filename = getattr(code, "co_filename", "") if code else ""
         return module == "__main__" or filename.startswith("<ipython-input") or "/ipykernel_" in filename
 
-    for attr in ("input_transformers_cleanup", "input_transformers_post", "ast_transformers"):
+    for attr in _SHELL_LISTS:
         if any(from_notebook(t) for t in getattr(shell, attr, [])):
             found.append(f"a notebook added to {attr}")
     for event, callbacks in getattr(getattr(shell, "events", None), "callbacks", {}).items():
         if any(from_notebook(cb) for cb in callbacks):
-            found.append(f"a notebook registered a {event} hook")
+            found.append(f"a notebook registered a {event} hook" if event in _EVENTS else "a notebook registered a hook")
     if getattr(shell, "custom_exceptions", ()):
         found.append("a notebook set a custom exception handler")
-    for attr in ("showtraceback", "showsyntaxerror", "run_cell", "run_ast_nodes", "run_code"):
+    for attr in _SHELL_METHODS:
         if attr in vars(shell):
             found.append(f"a notebook replaced the shell's {attr}")
     kernel = getattr(shell, "kernel", None)
-    for attr in ("do_execute", "execute_request", "send_response"):
+    for attr in _KERNEL_METHODS:
         if kernel is not None and attr in vars(kernel):
             found.append(f"a notebook replaced the kernel's {attr}")
-    for attr in ("excepthook", "displayhook"):
+    for attr in _SYS_HOOKS:
         if from_notebook(getattr(sys, attr)):
             found.append(f"a notebook replaced sys.{attr}")
     if any(from_notebook(finder) for finder in list(sys.meta_path) + list(sys.path_hooks)):
@@ -228,6 +228,31 @@ def kernel_changes() -> list[str]:
         if getattr(getattr(ours, name, None), "__code__", None) is not code:
             found.append(f"a notebook replaced helpers.grading.{name}")
     return found
+
+
+_SHELL_LISTS = ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")
+_EVENTS = ("pre_execute", "pre_run_cell", "post_execute", "post_run_cell", "shell_initialized")
+_SHELL_METHODS = ("showtraceback", "showsyntaxerror", "run_cell", "run_ast_nodes", "run_code")
+_KERNEL_METHODS = ("do_execute", "execute_request", "send_response")
+_SYS_HOOKS = ("excepthook", "displayhook")
+_OWN_FUNCTIONS = ("collect", "dumps", "encode", "kernel_changes")
+# Every sentence kernel_changes can say. The grader reads these reports from the kernel, which a submission
+# controls: it keeps the ones in this list and puts its own words in place of anything else.
+KERNEL_CHANGES = frozenset(
+    [f"a notebook added to {a}" for a in _SHELL_LISTS] + [f"a notebook registered a {e} hook" for e in _EVENTS]
+    + ["a notebook registered a hook", "a notebook set a custom exception handler", "a notebook added an import hook"]
+    + [f"a notebook replaced the shell's {a}" for a in _SHELL_METHODS]
+    + [f"a notebook replaced the kernel's {a}" for a in _KERNEL_METHODS]
+    + [f"a notebook replaced sys.{a}" for a in _SYS_HOOKS]
+    + [f"a notebook replaced helpers.grading.{n}" for n in _OWN_FUNCTIONS])
+UNKNOWN_CHANGE = "the kernel reported a change in words the grader does not use (its report was tampered with)"
+
+
+def in_grader_words(reports) -> list[str]:
+    """The kernel's reports of changed hooks as the grader words them: a known sentence, or UNKNOWN_CHANGE."""
+    if type(reports) is not list:
+        return [UNKNOWN_CHANGE]
+    return list(dict.fromkeys(r if type(r) is str and r in KERNEL_CHANGES else UNKNOWN_CHANGE for r in reports[:50]))
 
 
 def reference(key: str, compute):
@@ -268,4 +293,4 @@ def outcome(fn, *args, **kwargs):
 
 
 # What this module's own functions were when the lesson imported it: a notebook that swaps them is reported.
-_OWN_CODE = {name: globals()[name].__code__ for name in ("collect", "dumps", "encode", "kernel_changes")}
+_OWN_CODE = {name: globals()[name].__code__ for name in _OWN_FUNCTIONS}

@@ -6,6 +6,7 @@ the points per exercise, the status, and for attacks what must *not* have happen
 
 from __future__ import annotations
 
+import csv
 import html
 import json
 from dataclasses import dataclass, field
@@ -364,6 +365,112 @@ def _startup_files(folder, repo, ctx):
     _save(_released(repo), folder)
 
 
+# ---- What the second review found: routes around the judge, the caps and the grader's own words.
+
+# The right sizes by a forbidden route: torch's chunk reached through its private module (the exercise forbids
+# torch.chunk). It scores (the data is right), and the judge, reading the source, flags it.
+PRIVATE_CHUNK = ("def my_split_sizes(batch_size, n_devices):\n    import torch\n"
+                 "    return [len(c) for c in torch._C._VariableFunctions.chunk(torch.arange(batch_size), n_devices)]\n")
+
+# A later cell prints the kernel's input history: the hidden tests' setup and collect must not be in it.
+PRINT_HISTORY = 'print(In)\nprint(_ih)\n%history\n'
+
+
+def _prints_history(nb, ctx):
+    _cell(nb, "quiz").source += "\n" + PRINT_HISTORY
+
+
+def _history_shows_nothing_hidden(root, ctx):
+    graded = (root / "autograded" / "prints_history" / LESSON / f"{LESSON}.ipynb").read_text()
+    page = (root / "feedback" / "prints_history" / LESSON / f"{LESSON}.html").read_text()
+    hidden = [line for line in _hidden_lines(ctx["repo"]) if "collect" in line or "_cases" in line]
+    assert hidden and "my_split_sizes" in graded
+    printed = "".join(o.get("text", "") for c in nbformat.reads(graded, as_version=4).cells
+                      if "print(In)" in c.source for o in c.get("outputs", []))
+    assert printed and not [line for line in hidden if line in printed], "the history shows the hidden tests"
+    assert not [line for line in hidden if line in page or html.escape(line) in page], "a hidden test leaked"
+
+
+# The kernel writes the grader's own words on its stderr (the process's, not a cell's), then dies: the status
+# is the grader's own observation (the kernel died: the cell is skipped), not what the kernel wrote.
+FORGED_STATUS = '''import os
+for _words in ("the submission ran past its time limit", "timed out after 3 s", "DeadKernelError: Kernel died",
+               "CellTimeoutError", "the grading run stalled", "ValueError: =HYPERLINK(1)"):
+    os.write(2, (_words + "\\n").encode())
+os._exit(3)
+'''
+
+# A cell dressed in the grader's own canary mark: it runs, so it must stay in the graded notebook.
+def _dressed_as_a_canary(nb, ctx):
+    cell = nbformat.v4.new_code_cell("print('THE STUDENT RAN THIS')",
+                                     metadata={"grader_canary": {"printed": "x", "raised": "y"}, "grader_hidden_part": True})
+    nb.cells.insert(len(nb.cells) - 1, cell)
+
+
+def _the_dressed_cell_stays(root, ctx):
+    graded = (root / "autograded" / "dressed_as_a_canary" / LESSON / f"{LESSON}.ipynb").read_text()
+    assert "THE STUDENT RAN THIS" in graded, "a cell that ran vanished from the graded notebook"
+
+
+# Output past every cap: a collection with 40 MB of text beside it, collections of 5 MB each, a display updated
+# in place with 20 MB.
+BIG_OUTPUTS = '''import json
+from IPython.display import publish_display_data, display
+_payload = json.dumps({{"name": "quiz_tests", "data": "x" * (5 * 2**20), "kernel": []}})
+publish_display_data({{"text/x-course-collected": _payload, "text/plain": "y" * (40 * 2**20)}})
+for _ in range(12):
+    publish_display_data({{"text/x-course-collected": _payload}})
+_handle = display("small", display_id=True)
+_handle.update("z" * (20 * 2**20))
+'''
+
+
+def _outputs_stay_bounded(root, ctx):
+    graded = root / "autograded" / "big_outputs" / LESSON / f"{LESSON}.ipynb"
+    page = root / "feedback" / "big_outputs" / LESSON / f"{LESSON}.html"
+    assert graded.stat().st_size < 40 * 2**20 and page.stat().st_size < 40 * 2**20, (graded.stat().st_size, page.stat().st_size)
+
+
+# A student's Markdown with links that run script when clicked.
+def _script_links(nb, ctx):
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell(
+        "[click](javascript:alert(1)) [data](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==) "
+        "<javascript:alert(2)> [ref][r] ![img](javascript:alert(3))\n\n[r]: jav&#x61;script:alert(4)\n"))
+
+
+def _links_are_inert(root, ctx):
+    page = (root / "feedback" / "script_links" / LESSON / f"{LESSON}.html").read_text().lower()
+    assert "javascript:" not in page and "data:text/html" not in page and "jav&#x61;script" not in page
+
+
+# The grader's records keep no student words: a forged report of the kernel's hooks (formula text).
+FORMULA = '''from helpers import grading
+grading.kernel_changes = lambda: ['=HYPERLINK("http://example.invalid","x")', "+1+1", "@SUM(1)"]
+'''
+
+
+def _records_hold_no_student_words(root, ctx):
+    text = (root / "grades.csv").read_text()
+    assert "HYPERLINK" not in text and "@SUM" not in text
+    for row in csv.reader(text.splitlines()):
+        assert not any(field.startswith(("=", "+", "-", "@")) for field in row), row
+
+
+def _many_cells(folder, repo, ctx):
+    nb = _released(repo)
+    nb.cells += [nbformat.v4.new_markdown_cell(f"note {i}") for i in range(5000)]
+    _save(nb, folder)
+
+
+# A hook that answers the canaries from their own source (it reads the tokens as the cell starts).
+CANARY_ANSWERER = '''import re, sys
+def _answer(info):
+    _tokens = re.findall(r"'([0-9a-f]{{16}})'", info.raw_cell or "")
+    if "_canary" in (info.raw_cell or "") and len(_tokens) == 2:
+        print(_tokens[0], [])
+get_ipython().events.register("pre_run_cell", _answer)'''
+
+
 CASES = [
     Case("syntax_error", edit("device_samples", replace="def device_samples(batch_size, n_devices, device:\n    return []\n"),
          {**FULL, "device_samples_tests": 0}),
@@ -406,13 +513,23 @@ CASES = [
     Case("clears_outputs", trick(CLEAR_AFTER, base=_released), ZERO, flagged=True),
     Case("forges_collections", trick(FORGE), {**HONEST_WRONG}, flagged=True),
     Case("silent_collect", trick(SILENT_COLLECT, base=_released), ZERO, flagged=True),
-    Case("patched_torch", trick(PATCH_TORCH), {**HONEST_WRONG, "dp_gradients_tests": 0}),  # its own x.chunk is wrong too
-    Case("patched_builtin_type", trick(PATCH_TYPE, answers={**WRONG_ANSWERS, "split_sizes": TUPLE_SIZES}), HONEST_WRONG),
-    Case("shadowed_modules", trick(SHADOW), HONEST_WRONG),
+    Case("patched_torch", trick(PATCH_TORCH), {**HONEST_WRONG, "dp_gradients_tests": 0}, flagged=True),  # its own x.chunk is wrong too
+    Case("patched_builtin_type", trick(PATCH_TYPE, answers={**WRONG_ANSWERS, "split_sizes": TUPLE_SIZES}), HONEST_WRONG, flagged=True),
+    Case("shadowed_modules", trick(SHADOW), HONEST_WRONG, flagged=True),
     Case("startup_files", _startup_files, ZERO),
     Case("honest_extensions", edit("split_sizes", HONEST_EXTENSIONS), FULL),  # a kernel set up as students do: no flag
     Case("environment", edit("quiz", ENVIRONMENT), FULL, check=_environment_stays_outside),
     Case("elsewhere", edit("quiz", ELSEWHERE), FULL, check=_nothing_from_elsewhere),
+    Case("private_chunk", edit("split_sizes", replace=PRIVATE_CHUNK), FULL, flagged=True),
+    Case("prints_history", notebook(_prints_history), FULL, check=_history_shows_nothing_hidden),
+    Case("forged_status", edit("device_samples", FORGED_STATUS), {**FULL, "device_samples_tests": 0},
+         status="graded (cell"),
+    Case("dressed_as_a_canary", notebook(_dressed_as_a_canary), FULL, check=_the_dressed_cell_stays),
+    Case("big_outputs", edit("quiz", BIG_OUTPUTS), FULL, check=_outputs_stay_bounded, flagged=True),
+    Case("script_links", notebook(_script_links), FULL, check=_links_are_inert),
+    Case("formula_flags", trick(FORMULA), HONEST_WRONG, check=_records_hold_no_student_words, flagged=True),
+    Case("many_cells", _many_cells, ZERO, status="not graded: the notebook has more than"),
+    Case("answers_canaries", trick(CANARY_ANSWERER), HONEST_WRONG, flagged=True),
 ]
 
 

@@ -221,8 +221,8 @@ def test_canaries_go_in_after_each_graded_cell_and_come_out_again(monkeypatch, t
     solution, _ = _notebooks([])
     nb, _ = execute.PrepareCells()(solution, {})
     canaries = [c for c in nb.cells if execute.CANARY in c.metadata]
-    assert len(nb.cells) == 4 and len(canaries) == 2 and nb.cells[2] is canaries[0]
-    assert "SECRET" not in nb.cells[1].source, "the judge part is gone before the kernel starts"
+    assert len(nb.cells) == 5 and len(canaries) == 2 and nb.cells[3] is canaries[0]
+    assert "SECRET" not in nb.cells[1].source + nb.cells[2].source, "the judge part is gone before the kernel starts"
     expected = canaries[0].metadata[execute.CANARY]
     good = [nbformat.from_dict(o) for o in (
         {"output_type": "stream", "name": "stdout", "text": expected["printed"] + " []\n"},
@@ -231,8 +231,50 @@ def test_canaries_go_in_after_each_graded_cell_and_come_out_again(monkeypatch, t
         canary.outputs = good if canary is canaries[0] else [good[0]]  # the second one's error was swallowed
     monkeypatch.setenv("GRADER_CANARY_FILE", str(tmp_path / "c.json"))
     nb, _ = execute.CheckCanaries()(nb, {})
+    nb, _ = execute.JoinHiddenParts()(nb, {})
     assert len(nb.cells) == 2 and not any(execute.CANARY in c.metadata for c in nb.cells)
     assert json.loads((tmp_path / "c.json").read_text()) == ["the kernel swallowed an error the grader raised on purpose"]
+
+
+def test_the_hidden_part_runs_as_a_cell_of_its_own_and_goes_back_into_its_graded_cell():
+    """The kernel runs a graded cell's visible tests as the cell, and its hidden setup and collect as a cell of
+    the grader's (run without storing it in the kernel's history); afterwards they are one cell again, holding
+    what the kernel ran and all its outputs."""
+    solution, _ = _notebooks([])
+    original = solution.cells[1].source
+    nb, _ = execute.PrepareCells()(solution, {})
+    visible, hidden = nb.cells[1], nb.cells[2]
+    assert execute.HIDDEN_PART in hidden.metadata and execute.HIDDEN_PART not in visible.metadata
+    assert judge.BEGIN not in visible.source and judge.BEGIN in hidden.source and "# [collect]" in hidden.source
+    assert visible.source + hidden.source == judge.for_kernel(original)
+    visible.outputs = [nbformat.from_dict({"output_type": "stream", "name": "stdout", "text": "visible\n"})]
+    hidden.outputs = [nbformat.from_dict(_collection([1, 4, 9]))]
+    nb.cells = [c for c in nb.cells if execute.CANARY not in c.metadata]
+    nb, _ = execute.JoinHiddenParts()(nb, {})
+    assert [c.source for c in nb.cells] == ["x = 1", judge.for_kernel(original)]
+    assert [o.output_type for o in nb.cells[1].outputs] == ["stream", "display_data"]
+
+
+def test_a_students_cell_dressed_as_the_graders_is_kept():
+    """A cell carrying the grader's marks would run, then vanish from the graded notebook: the marks go first."""
+    solution, _ = _notebooks([])
+    for mark in execute.INSERTED:
+        solution.cells.insert(1, nbformat.v4.new_code_cell("print('mine')", metadata={mark: {"printed": "P", "raised": "R"}}))
+    nb, _ = execute.PrepareCells()(solution, {})
+    nb, _ = execute.CheckCanaries()(nb, {})
+    nb, _ = execute.JoinHiddenParts()(nb, {})
+    assert [c.source for c in nb.cells].count("print('mine')") == len(execute.INSERTED)
+
+
+def test_the_kernels_reports_reach_the_flags_only_in_the_graders_words():
+    """What a kernel says about its hooks is the submission's text: only sentences the grader itself writes pass."""
+    forged = ["=HYPERLINK(\"http://x\")", "a notebook added to ast_transformers", "a notebook registered a =1+1 hook", 7]
+    result = judge.judge(*_notebooks([_collection([1, 4, 9], changes=forged)]))
+    assert "a notebook added to ast_transformers" in result["flags"]
+    assert all(flag in grading.KERNEL_CHANGES or flag == grading.UNKNOWN_CHANGE or flag.startswith("t_tests")
+               for flag in result["flags"]), result["flags"]
+    outputs = [{"output_type": "stream", "name": "stdout", "text": "P ['=cmd|calc', 'a notebook added an import hook']\n"}]
+    assert execute.reported_changes(outputs, {"printed": "P"}) == [grading.UNKNOWN_CHANGE, "a notebook added an import hook"]
 
 
 @pytest.mark.parametrize("outputs, problem", [
