@@ -36,7 +36,7 @@ SKIPPED = "KernelDied"
 MAX_OUTPUT_BYTES = int(os.environ.get("GRADER_MAX_OUTPUT_BYTES", str(2**20)))  # what a cell prints
 # Everything a cell outputs, the hidden tests' collected results included, and everything a notebook outputs:
 # a submission cannot make the graded notebook, the feedback or the coordinator's memory grow past these.
-MAX_CELL_BYTES = int(os.environ.get("GRADER_MAX_CELL_BYTES", str(8 * 2**20)))
+MAX_CELL_BYTES = int(os.environ.get("GRADER_MAX_CELL_BYTES", str(grading.MAX_BYTES + MAX_OUTPUT_BYTES)))
 MAX_NOTEBOOK_BYTES = int(os.environ.get("GRADER_MAX_NOTEBOOK_BYTES", str(32 * 2**20)))
 MAX_ERROR_CHARS = 20_000  # an error is always kept, but not a gigabyte of its message
 STDERR_NOTE = "[written on stderr; warnings do not change the grade]\n"

@@ -4,6 +4,7 @@
 import csv
 import html
 import re
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -213,3 +214,39 @@ def test_output_is_capped_in_bytes_but_errors_always_kept(monkeypatch):
     assert outs[-1].output_type == "error", "the failing test's error must stay"
     runner.output(outs, message("stream", name="stdout", text="fits"), None, 8)  # another cell has its own budget
     assert outs[-1].text == "fits"
+
+
+def test_a_status_comes_from_what_the_grader_saw_never_from_what_a_kernel_wrote(tmp_path):
+    """nbgrader's output carries the kernel's stderr: words in it decide nothing."""
+    import subprocess
+
+    forged = subprocess.CompletedProcess([], 1, "timed out after 3 s\nDeadKernelError: Kernel died\n",
+                                         "the submission ran past its time limit\nthe grading run stalled\nValueError: =1+1\n")
+    assert pipeline._reason(forged) == "nbgrader exited with 1"
+    failure = tmp_path / "failure.txt"
+    for written, status in (("DeadKernelError", pipeline.KERNEL_DIED), ("CellTimeoutError", pipeline.KERNEL_HUNG),
+                            ("RuntimeError", "nbgrader stopped on RuntimeError"), ("=cmd|x", "nbgrader exited with 1")):
+        failure.write_text(written)
+        assert pipeline._reason(forged, str(failure)) == status
+
+
+def test_no_field_of_grades_csv_starts_a_spreadsheet_formula():
+    assert [pipeline._inert(v) for v in ("=HYPERLINK(1)", "+1", "-1", "@SUM(1)", "graded", 3.0)] == \
+        ["'=HYPERLINK(1)", "'+1", "'-1", "'@SUM(1)", "graded", 3.0]
+
+
+def test_intake_refuses_a_notebook_past_its_limits(tmp_path, monkeypatch):
+    """The coordinator reads and renders what a submission sends: its size and cell count are bounded first."""
+    import json
+
+    import nbformat
+
+    lesson = "01-dataparallel"
+    shutil.copytree(REPO / "solutions" / lesson, tmp_path / "solutions" / lesson)
+    folder = tmp_path / "submitted" / "s" / lesson
+    folder.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"note {i}") for i in range(1200)])
+    (folder / f"{lesson}.ipynb").write_text(json.dumps(nb))
+    assert pipeline._prepare(tmp_path, "s", lesson).startswith("not graded: the notebook has more than")
+    monkeypatch.setattr(pipeline, "MAX_NOTEBOOK_FILE_BYTES", 1000)
+    assert pipeline._prepare(tmp_path, "s", lesson).startswith("not graded: the notebook is larger than")
