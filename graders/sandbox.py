@@ -4,18 +4,35 @@ jupyter_client starts this script (kernelspec "course-sandbox") as the kernel, i
 submission's autograded folder. It hands the connection file to the sandbox and replaces itself
 with:  prlimit (memory, processes, file size, CPU time) -> bwrap (an allow-list of read-only folders:
 the system's, Python's, the venv and the course's helpers; private size-capped /tmp; no network; only a
-fresh tmpfs working folder and the kernel's socket folder writable; a clean environment) -> setpriv (drop to the sandbox user, no capabilities) -> python -m ipykernel_launcher.
+fresh tmpfs working folder and the kernel's socket folder writable; a clean environment; a seccomp filter
+that refuses new user namespaces) -> setpriv (drop to the sandbox user, no capabilities)
+-> python -m ipykernel_launcher.
 
 Settings come from the environment the grading pipeline sets (GRADER_*; see graders/pipeline.py).
+
+Bounds that depend on the machine:
+* the kernel's socket folder (`ipc_folder`, made by the pipeline) is a tmpfs of its own (IPC_TMPFS: 1 MiB, 64
+  inodes), so that what a student writes there is capped and never reaches the disk; where the grader may not
+  mount (no CAP_SYS_ADMIN, e.g. an unprivileged container) it is a plain folder under /tmp: the one place in
+  the jail where a submission can write to the machine's disk, bounded only by prlimit's file size;
+* user namespaces (`unshare -Ur`, in which a student would be root of a mount namespace and could mount tmpfs
+  beyond every cap) are refused by a seccomp filter on x86_64 and aarch64 machines (and their 32-bit ABIs);
+  on other architectures there is no filter.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import platform
 import pwd
 import shutil
+import struct
+import subprocess
 import sys
+import tempfile
 
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")  # read-only inside
 # The only variables the kernel inherits from the grader (whose environment may hold an instructor's secrets);
@@ -49,7 +66,38 @@ def chown_tree(path: str, uid: int, gid: int) -> None:
             os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
 
 
-def command(connection_file: str, workdir: str) -> list[str]:
+# The kernel's socket folder: sockets and the connection file need a few inodes and no room.
+IPC_TMPFS = "size=1m,nr_inodes=64,mode=0700,nosuid,nodev,noexec"
+
+
+@contextlib.contextmanager
+def ipc_folder():
+    """A fresh folder under /tmp for the kernel's unix sockets (GRADER_IPC_PREFIX), on a small tmpfs mounted on
+    it in this (the host's) mount namespace, so that nbgrader outside the jail and the kernel inside (bwrap binds
+    it writable) reach the same sockets, and what a student writes there is capped and never reaches the disk.
+    Unmounted and removed at the end. Where this process may not mount, a plain folder (see the module's doc)."""
+    with tempfile.TemporaryDirectory(prefix="g-", dir="/tmp") as folder:
+        mounted = _mount_tmpfs(folder, IPC_TMPFS)
+        try:
+            yield folder
+        finally:
+            if mounted:
+                # lazy: a process still inside cannot keep the folder from being removed
+                subprocess.run(["umount", "--lazy", folder], check=True, capture_output=True)
+
+
+def _mount_tmpfs(folder: str, options: str) -> bool:
+    if os.geteuid() != 0:
+        return False
+    try:
+        mount = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", folder], capture_output=True)
+    except OSError:  # no mount command
+        return False
+    return mount.returncode == 0
+
+
+def command(connection_file: str, workdir: str, seccomp_fd: int | None = None) -> list[str]:
+    """The jail's command line; `seccomp_fd` is an inherited file descriptor holding `seccomp_program()`."""
     uid, gid = sandbox_ids()
     with open(connection_file) as f:
         info = json.load(f)
@@ -91,9 +139,10 @@ def command(connection_file: str, workdir: str) -> list[str]:
     limits = [f"{option}={os.environ.get(var, default)}" for option, (var, default) in LIMITS.items()]
     # bwrap runs as root to see what it mounts (pyenv's Python lives under /root), creates no user
     # namespace, and the kernel drops to the sandbox user inside: a real unprivileged uid, no capabilities.
+    seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
     return [
         "prlimit", *limits, "--",
-        "bwrap", *mounts, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+        "bwrap", *mounts, *seccomp, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
         "--die-with-parent", "--new-session", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--chdir", workdir,
         "--clearenv", *[arg for name in ENV_KEEP if name in os.environ for arg in ("--setenv", name, os.environ[name])],
         "--setenv", "HOME", workdir, "--setenv", "TMPDIR", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp",
@@ -114,12 +163,22 @@ def accelerator_devices() -> list[str]:
 
 
 def _with_entry(name: str, line: str, uid: int) -> str:
-    """A copy of /etc/<name> with one more entry, for the sandbox's uid (torch and Lightning look it up)."""
-    path = f"/run/grader-{name}-{uid}" if os.path.isdir("/run") and os.access("/run", os.W_OK) else f"/tmp/grader-{name}-{uid}"
+    """A copy of /etc/<name> with one more entry, for the sandbox's uid (torch and Lightning look it up).
+    Written as a new file put in place atomically: a running jail of the same uid has the previous one
+    bind-mounted, and a rewrite in place would show it (and a kernel starting meanwhile) a truncated file."""
+    folder = "/run" if os.path.isdir("/run") and os.access("/run", os.W_OK) else "/tmp"
+    path = os.path.join(folder, f"grader-{name}-{uid}")
     with open(f"/etc/{name}") as f:
         lines = [l if l.endswith("\n") else l + "\n" for l in f if not l.startswith(("grader:", "::1 localhost\n"))]
-    with open(path, "w") as f:
-        f.writelines(lines + [line])
+    fd, partial = tempfile.mkstemp(prefix=f".grader-{name}-{uid}-", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)
+            f.writelines(lines + [line])
+        os.replace(partial, path)
+    except BaseException:
+        os.unlink(partial)
+        raise
     return path
 
 
@@ -137,12 +196,72 @@ def _traversable_parents(path: str, made: set[str]) -> list[str]:
     return args
 
 
+# The seccomp filter: classic BPF over struct seccomp_data, like Flatpak's. It refuses new user namespaces
+# (unshare and clone with CLONE_NEWUSER: EPERM) and clone3 (ENOSYS: its flags are in memory a filter cannot
+# read; glibc and Rust then fall back to clone), and allows everything else.
+AUDIT_ARCH = {"x86_64": 0xC000003E, "i386": 0x40000003, "aarch64": 0xC00000B7, "arm": 0x40000028}
+SYSCALL_NUMBERS = {"x86_64": (56, 272, 435), "i386": (120, 310, 435),  # clone, unshare, clone3
+                   "aarch64": (220, 97, 435), "arm": (120, 337, 435)}
+# The ABIs a process of the machine can call (a 64-bit process can also make 32-bit calls, int 0x80 on x86_64).
+# A call of any other ABI kills the process; x32 calls fail with ENOSYS, as where the kernel has no x32.
+MACHINE_ABIS = {"x86_64": ("x86_64", "i386"), "aarch64": ("aarch64", "arm")}
+CLONE_NEWUSER = 0x10000000
+X32_SYSCALL_BIT = 0x40000000
+LOAD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|BPF_W|BPF_ABS; BPF_JMP|BPF_K ...; BPF_RET|BPF_K
+NR, ARCH, ARG0_LOW = 0, 4, 16  # offsets in seccomp_data (the first argument's low half: little-endian machines)
+ALLOW, KILL = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
+
+
+def _fail_with(error: int) -> int:
+    return 0x00050000 | error  # SECCOMP_RET_ERRNO
+
+
+def _abi_rules(abi: str) -> list[tuple]:
+    """(code, k, jump if true, jump if false) rules for one ABI's calls; each path ends in a return."""
+    clone, unshare, clone3 = SYSCALL_NUMBERS[abi]
+    rules = [(LOAD, NR)]
+    if abi == "x86_64":
+        rules += [(JGE, X32_SYSCALL_BIT, 0, 1), (RET, _fail_with(errno.ENOSYS))]
+    return rules + [(JEQ, clone3, 0, 1), (RET, _fail_with(errno.ENOSYS)),
+                    (JEQ, unshare, 1, 0), (JEQ, clone, 0, 3),
+                    (LOAD, ARG0_LOW), (JSET, CLONE_NEWUSER, 0, 1), (RET, _fail_with(errno.EPERM)),
+                    (RET, ALLOW)]
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """The jail's seccomp filter as bwrap's --seccomp reads it (struct sock_filter[]); None on a machine
+    whose ABIs it does not know."""
+    abis = MACHINE_ABIS.get(machine or platform.machine())
+    if abis is None:
+        return None
+    rules = [(LOAD, ARCH)]
+    for abi in abis:
+        block = _abi_rules(abi)
+        rules += [(JEQ, AUDIT_ARCH[abi], 0, len(block))] + block
+    rules.append((RET, KILL))
+    return b"".join(_instruction(*rule) for rule in rules)
+
+
+def _instruction(code: int, k: int, jump_if_true: int = 0, jump_if_false: int = 0) -> bytes:
+    return struct.pack("=HBBI", code, jump_if_true, jump_if_false, k)  # struct sock_filter
+
+
+def _inherited_fd(data: bytes) -> int:
+    """A file descriptor that reads `data` and survives the execs (prlimit, then bwrap, which reads it)."""
+    read, write = os.pipe()
+    os.write(write, data)  # a few hundred bytes: the pipe holds them
+    os.close(write)
+    os.set_inheritable(read, True)
+    return read
+
+
 def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from graders import limits
 
     limits.join()  # the job's cgroups (CPU share, memory with tmpfs, processes), before the jail starts
-    cmd = command(sys.argv[1], os.getcwd())
+    program = seccomp_program()
+    cmd = command(sys.argv[1], os.getcwd(), _inherited_fd(program) if program else None)
     os.execvp(cmd[0], cmd)
 
 
