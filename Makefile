@@ -4,8 +4,10 @@
 #   make release  regenerate notebooks/ (student versions) from solutions/
 #   make site     build the course website into build/site/ (runs the student notebooks for their outputs)
 #   make grade    autograde submitted/<student>/<lesson>/ in the sandbox -> autograded/, feedback/,
-#                 grades.csv, reports/ (JOBS=N grades N at a time; SCHEDULER=tcp://host:8786 on a Dask cluster;
+#                 grades.csv, reports/ (JOBS=N grades N at a time; SCHEDULER=tls://host:8786 on a Dask cluster,
+#                 with the certificates of `make certs`, INSECURE_TCP=1 to allow plain tcp://;
 #                 UNSANDBOXED=1 runs student code unsandboxed)
+#   make certs    the Dask grading cluster's CA, certificate and key -> certs/ (CERTS=DIR), kept if they exist
 #   make bench    print each notebook's execution time and grading times, sequential and parallel
 #                 (BENCH_ARGS="--workers 1 2 4": on Dask worker processes, with a 1,000-student projection)
 #   make hw-check run the solution notebooks, measure the key figures here -> reports/hw-check.md (HW_CHECK_ARGS="--lessons 01-dataparallel")
@@ -20,6 +22,8 @@ TEST_PATHS ?= solutions tests
 NBVAL_CELL_TIMEOUT ?= 300
 JOBS ?= 1
 SCHEDULER ?=
+CERTS ?= certs
+INSECURE_TCP ?=
 UNSANDBOXED ?=
 
 .PHONY: setup sandbox browser lab test release grade bench site
@@ -80,7 +84,13 @@ site: setup
 	$(BIN)/python -m graders.site --out build/site
 
 grade: setup sandbox
-	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(UNSANDBOXED),--unsandboxed)
+	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER) --certs $(CERTS)) \
+		$(if $(INSECURE_TCP),--insecure-tcp) $(if $(UNSANDBOXED),--unsandboxed)
+
+# The grading cluster's mutual TLS (README, "Many machines"): a CA and the certificate its machines share.
+.PHONY: certs
+certs: setup
+	$(BIN)/python -m graders.cluster certs $(CERTS)
 
 BENCH_ARGS ?=
 bench: setup sandbox

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import nbformat
 
+from graders import execute as execute_caps
 from graders import forkserver, limits, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,18 +71,23 @@ def lessons(root: Path) -> list[str]:
 
 
 def nbgrader(root: Path, *args: str, timeout: float | None = None, env: dict | None = None,
-             stalled_after: float | None = None, server: forkserver.Server | None = None):
-    """`nbgrader ARGS` for the course at `root`: a new process, or a fork of `server` (nbgrader imported once)."""
+             stalled_after: float | None = None, server: forkserver.Server | None = None,
+             memory_bytes: int | None = None):
+    """`nbgrader ARGS` for the course at `root`: a new process, or a fork of `server` (nbgrader imported once);
+    `memory_bytes` caps its address space."""
     exe = Path(sys.executable).with_name("nbgrader")
     full_env = {**os.environ, **(env or {})}
     full_env["PATH"] = f"{exe.parent}{os.pathsep}{full_env.get('PATH', '')}"  # nbgrader runs `alembic` from PATH
     args = [*args, f"--JupyterApp.config_file={CONFIG}", f"--CourseDirectory.root={root}"]
     progress = full_env.get("GRADER_PROGRESS_FILE")
     if server is not None:
-        served = run_served(server, args, root, full_env, timeout, progress, stalled_after)
+        served = run_served(server, args, root, full_env, timeout, progress, stalled_after, memory_bytes)
         if served is not None:
             return served
-    return run_watched([str(exe), *args], root, full_env, timeout, progress, stalled_after)
+    cmd = [str(exe), *args]
+    if memory_bytes and shutil.which("prlimit"):
+        cmd = ["prlimit", f"--as={memory_bytes}", "--", *cmd]
+    return run_watched(cmd, root, full_env, timeout, progress, stalled_after)
 
 
 def run_watched(cmd, cwd, env, timeout, progress: str | None = None, stalled_after: float | None = None):
@@ -113,16 +119,16 @@ def run_watched(cmd, cwd, env, timeout, progress: str | None = None, stalled_aft
         for reader in readers:
             reader.join(timeout=10)
     stderr = outputs.get("err", "") + (f"\n{why}" if why else "")
-    return subprocess.CompletedProcess(cmd, -1 if why else proc.returncode, outputs.get("out", ""), stderr)
+    return _completed(cmd, -1 if why else proc.returncode, outputs.get("out", ""), stderr, why)
 
 
 def run_served(server: forkserver.Server, args, cwd, env, timeout, progress: str | None = None,
-               stalled_after: float | None = None):
+               stalled_after: float | None = None, memory_bytes: int | None = None):
     """run_watched's twin for a job of a fork server: the same watchdog, the same result; None when the server
     itself failed (the caller then starts a process of its own)."""
     with tempfile.TemporaryDirectory(prefix="nbgrader-") as out:
         paths = {"stdout": os.path.join(out, "stdout"), "stderr": os.path.join(out, "stderr")}
-        request = {"args": list(args), "cwd": str(cwd), "env": dict(env), **paths}
+        request = {"args": list(args), "cwd": str(cwd), "env": dict(env), "memory_bytes": memory_bytes, **paths}
         ended = server.run(request, timeout=1e9 if timeout is None else timeout,
                            stop_when=lambda: _stalled(progress, stalled_after))
         if ended.server_failed:
@@ -130,7 +136,14 @@ def run_served(server: forkserver.Server, args, cwd, env, timeout, progress: str
         stdout, stderr = (Path(paths[name]).read_text(errors="replace") if os.path.exists(paths[name]) else ""
                           for name in ("stdout", "stderr"))
     why = ended.problem
-    return subprocess.CompletedProcess(args, -1 if why else ended.status, stdout, stderr + (f"\n{why}" if why else ""))
+    return _completed(args, -1 if why else ended.status, stdout, stderr + (f"\n{why}" if why else ""), why)
+
+
+def _completed(args, status: int, stdout: str, stderr: str, why: str | None) -> subprocess.CompletedProcess:
+    """The run's result; `why` is the watchdog's own reason for stopping it (None if it ended by itself)."""
+    done = subprocess.CompletedProcess(args, status, stdout, stderr)
+    done.why = why
+    return done
 
 
 def _stalled(progress: str | None, stalled_after: float | None) -> str | None:
@@ -225,7 +238,8 @@ class Outcome:
 
 
 def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 3600, jobs: int = 1,
-          sandboxed: bool = True, scheduler=None, log=None, lesson_timeouts: dict[str, int] | None = None) -> list[Result]:
+          sandboxed: bool = True, scheduler=None, log=None, lesson_timeouts: dict[str, int] | None = None,
+          insecure_tcp: bool = False, certs: Path | None = None) -> list[Result]:
     """Autograde everything under submitted/<student>/<lesson>/, write feedback/, grades.csv and a report plot.
     `lesson_timeouts` gives some lessons a cell timeout of their own (seconds), instead of `cell_timeout`.
 
@@ -239,6 +253,15 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
         raise ValueError(f"jobs must be at most {UID_BLOCK}, got {jobs}")
     course_lessons = lessons(root)
     recorder = Recorder(root)
+    try:
+        return _grade_with(recorder, root, course_lessons, cell_timeout, submission_timeout, jobs, sandboxed,
+                           scheduler, log, lesson_timeouts, insecure_tcp, certs)
+    finally:
+        recorder.close()
+
+
+def _grade_with(recorder, root, course_lessons, cell_timeout, submission_timeout, jobs, sandboxed, scheduler, log,
+                lesson_timeouts, insecure_tcp, certs) -> list[Result]:
     for lesson in course_lessons:  # records each lesson's grade cells in the gradebook
         recorder.generate_assignment(lesson)
     unknown = set(lesson_timeouts or {}) - set(course_lessons)
@@ -252,7 +275,7 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
     else:
         from graders import cluster
 
-        outcomes = cluster.run(scheduler, tasks, template, log)
+        outcomes = cluster.run(scheduler, tasks, template, log, insecure_tcp=insecure_tcp, certs=certs)
     for number, (task, outcome) in enumerate(outcomes, 1):
         result = recorder.record(task, outcome)
         results.append(result)
@@ -291,6 +314,14 @@ def _tasks(root: Path, course_lessons: list[str], timeouts: dict[str, int], subm
 
 
 MAX_SUBMISSION_BYTES = 64 * 2**20
+# A notebook the coordinator reads and renders: its size and cell count bound that work (a lesson has ~70
+# cells and ~60 kB; 60,000 cells once cost minutes to read and render).
+MAX_NOTEBOOK_FILE_BYTES = int(os.environ.get("GRADER_MAX_NOTEBOOK_FILE_BYTES", str(16 * 2**20)))
+MAX_CELLS = int(os.environ.get("GRADER_MAX_CELLS", "1000"))
+# The graded notebook a worker sends back: the submission and the outputs it may keep (graders/execute.py).
+MAX_GRADED_CHARS = 2 * (MAX_NOTEBOOK_FILE_BYTES + execute_caps.MAX_NOTEBOOK_BYTES)
+FEEDBACK_SECONDS = 120  # rendering one feedback page (about half a second for a lesson)
+GRADER_MEMORY_BYTES = int(os.environ.get("GRADER_OWN_MEMORY_BYTES", str(16 * 2**30)))  # the judge's, a feedback page's
 
 
 def _files(folder: Path) -> dict[str, bytes] | str:
@@ -413,7 +444,11 @@ def _prepare(root: Path, student: str, lesson: str) -> str | None:
         if len(others) != 1:
             return "not graded: no notebook named " + expected.name
         shutil.copyfile(others[0], expected, follow_symlinks=False)
+    if expected.stat().st_size > MAX_NOTEBOOK_FILE_BYTES:
+        return f"not graded: the notebook is larger than {MAX_NOTEBOOK_FILE_BYTES >> 20} MiB"
     try:
+        if _cell_count(json.loads(expected.read_bytes())) > MAX_CELLS:  # counted before nbformat reads it all
+            return f"not graded: the notebook has more than {MAX_CELLS} cells"
         submission = nbformat.read(expected, as_version=4)
     except Exception as error:  # truncated, not JSON, not a notebook, not UTF-8
         return f"not graded: the notebook cannot be read ({type(error).__name__})"
@@ -432,6 +467,13 @@ def _prepare(root: Path, student: str, lesson: str) -> str | None:
         partial.write_bytes(text)
         os.replace(partial, expected)
     return None
+
+
+def _cell_count(raw) -> int:
+    if type(raw) is not dict:
+        return 0
+    sheets = raw.get("worksheets") if type(raw.get("worksheets")) is list else [raw]  # nbformat 3 had worksheets
+    return sum(len(sheet["cells"]) for sheet in sheets if type(sheet) is dict and type(sheet.get("cells")) is list)
 
 
 def _restore_metadata(submission, source) -> bool:
@@ -471,7 +513,7 @@ def execute(task: Task, template: bytes, slots: Slots) -> Outcome:
                 (folder / name).write_bytes(content)
             outcome = _execute_in(course, task, slots, uid, job_env)
     except Exception as error:  # noqa: BLE001 - one submission never stops the batch
-        outcome = Outcome(f"not graded: the grader failed on it ({type(error).__name__}: {error})"[:300])
+        outcome = Outcome(f"not graded: the grader failed on it ({type(error).__name__})")
     finally:
         slots.give_back(uid)
     outcome.seconds, outcome.worker = time.monotonic() - start, worker
@@ -488,12 +530,13 @@ def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict)
     student, lesson = task.student, task.lesson
     skipped: dict[int, str] = {}  # cell index -> what it did to the kernel
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="g-", dir="/tmp") as ipc, tempfile.NamedTemporaryFile() as progress, \
+    with sandbox.ipc_folder() as ipc, tempfile.NamedTemporaryFile() as progress, \
             tempfile.TemporaryDirectory(prefix="judge-") as private:
         os.chmod(ipc, 0o700)
         canaries, verdicts = os.path.join(private, "canaries.json"), os.path.join(private, "verdicts.json")
+        failure = os.path.join(private, "failure.txt")  # what stopped nbgrader, in graders/execute.py's words
         env = {"GRADER_CELL_TIMEOUT": str(task.cell_timeout), "GRADER_PROGRESS_FILE": progress.name,
-               "GRADER_CANARY_FILE": canaries, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP),
+               "GRADER_CANARY_FILE": canaries, "GRADER_OUTCOME_FILE": failure, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP),
                **job_env}
         if slots.spec_dir:
             env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=slots.spec_dir,
@@ -505,13 +548,14 @@ def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict)
             if left <= 0:
                 return Outcome("not graded: " + TIMED_OUT)
             Path(progress.name).touch()  # the watchdog counts from now
+            Path(failure).unlink(missing_ok=True)
             proc = nbgrader(course, "autograde", lesson, f"--student={student}", "--create", "--force",
                             timeout=left, env=env, stalled_after=task.cell_timeout + STALL_GRACE,
                             server=slots.nbgraders[uid])
             graded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
             if proc.returncode == 0 and graded.is_file():
                 break
-            reason = _reason(proc)
+            reason = _reason(proc, failure)
             cell = _read_int(progress.name)
             skippable = reason in (KERNEL_DIED, KERNEL_HUNG, limits.PROCESS_LIMIT) and cell is not None
             if not skippable or cell in skipped or len(skipped) >= MAX_CRASHES:
@@ -520,7 +564,7 @@ def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict)
         solution = course / "solutions" / lesson / f"{lesson}.ipynb"
         verdict = _judge(slots.judges[uid], solution, graded, verdicts, slots.memo, max(60.0, deadline - time.monotonic()))
         if "error" in verdict:
-            return Outcome("not graded: the judge failed: " + verdict["error"].strip().splitlines()[-1][:200])
+            return Outcome("not graded: the judge failed on it (the grader's log has its traceback)")
         flags = tuple(dict.fromkeys(verdict["flags"] + (_read_json(canaries) or [])))
         notebook = read_notebook_text(graded)
     status = "graded"
@@ -538,7 +582,8 @@ def read_notebook_text(path: Path) -> str:
 def _judge(server: forkserver.Server, solution: Path, graded: Path, out: str, memo: str | None, timeout: float) -> dict:
     """graders/judge.py's verdicts on the graded notebook (written by nbgrader, in a folder the jail never had),
     judged in a fork of the slot's judge server (Python, torch and the helpers imported once per slot)."""
-    ended = server.run({"solution": str(solution), "graded": str(graded), "out": out, "memo": memo}, timeout=timeout)
+    ended = server.run({"solution": str(solution), "graded": str(graded), "out": out, "memo": memo,
+                        "memory_bytes": GRADER_MEMORY_BYTES}, timeout=timeout)
     problem = ended.problem
     if problem is None and ended.status != 0:
         problem = f"it exited with status {ended.status}: " + server.stderr_tail()
@@ -569,11 +614,16 @@ class Recorder:
             os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         self.config = PyFileConfigLoader(CONFIG.name + ".py", path=str(CONFIG.parent)).load_config()
         self.config.CourseDirectory.root = str(root)
+        # Recording a lesson's cells in the gradebook releases it too: into a scratch folder, never notebooks/
+        # (`make release` alone writes those, tagged so that Run All goes on past an unsolved exercise).
+        self._scratch = tempfile.mkdtemp(prefix="recorder-")
+        self.config.CourseDirectory.release_directory = os.path.join(self._scratch, "released")
         self.coursedir = CourseDirectory(config=self.config)
         self.api = NbGraderAPI(coursedir=self.coursedir, config=self.config)
+        self._feedback_server = None
 
     def generate_assignment(self, lesson: str) -> None:
-        """nbgrader generate_assignment, in this process: the lesson's cells into the gradebook (and notebooks/)."""
+        """nbgrader generate_assignment, in this process: the lesson's cells into the gradebook."""
         outcome = self.api.generate_assignment(lesson, force=True, create=True)
         if not outcome.get("success"):
             raise RuntimeError(f"generate_assignment {lesson} failed:\n{outcome.get('log', '')[-3000:]}\n{outcome.get('error', '')}")
@@ -599,12 +649,15 @@ class Recorder:
         result = Result(task.student, task.lesson, outcome.status, outcome.seconds, tuple(outcome.flags))
         if not outcome.status.startswith("graded"):
             return result
+        if len(outcome.notebook or "") > MAX_GRADED_CHARS:
+            result.status = f"not graded: the graded notebook is larger than {MAX_GRADED_CHARS >> 20} MiB"
+            return result
         try:
             notebook = nbformat.reads(outcome.notebook, as_version=4)
             self._write_graded(task, outcome.notebook)
             self._save_scores(task, notebook, outcome.verdict)
         except Exception as error:  # noqa: BLE001 - a bad outcome costs its submission a status, not the batch
-            result.status = f"not graded: its result could not be recorded ({type(error).__name__}: {error})"[:300]
+            result.status = f"not graded: its result could not be recorded ({type(error).__name__})"
             return result
         if not self._feedback(task, outcome.verdict):
             result.status += " (feedback failed)"
@@ -645,13 +698,24 @@ class Recorder:
                 gb.db.commit()
 
     def _feedback(self, task: Task, verdict: dict) -> bool:
-        from graders import redact
+        """The feedback page, rendered in a fork of the recorder's nbgrader server under a time and a memory limit
+        (a submission decides how much there is to render)."""
+        if self._feedback_server is None:
+            self._feedback_server = forkserver.Server("nbgrader", os.path.join(self._scratch, "nbgrader.log"))
+        path = os.path.join(self._scratch, "verdicts.json")
+        with open(path, "w") as f:
+            json.dump(verdict or {}, f)
+        proc = nbgrader(self.root, "generate_feedback", task.lesson, f"--student={task.student}", "--force",
+                        timeout=FEEDBACK_SECONDS, env={"GRADER_VERDICTS_FILE": path}, server=self._feedback_server,
+                        memory_bytes=GRADER_MEMORY_BYTES)
+        page = self.root / "feedback" / task.student / task.lesson / f"{task.lesson}.html"
+        return proc.returncode == 0 and page.is_file()
 
-        redact.VERDICTS = (verdict or {}).get("cells", {})
-        try:
-            return bool(self.api.generate_feedback(task.lesson, task.student).get("success"))
-        finally:
-            redact.VERDICTS = None
+    def close(self) -> None:
+        if self._feedback_server is not None:
+            self._feedback_server.close()
+            self._feedback_server = None
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 def _read_int(path: str) -> int | None:
@@ -661,23 +725,30 @@ def _read_int(path: str) -> int | None:
         return None
 
 
-def _reason(proc) -> str:
-    text = proc.stdout + proc.stderr
-    if limits.PROCESS_LIMIT in text:  # before the dead kernel it caused
-        return limits.PROCESS_LIMIT
-    if STALLED in text:
-        return KERNEL_HUNG
-    if "timed out after" in text:
-        return TIMED_OUT
-    if "DeadKernelError" in text or "Kernel died" in text or "kernel died" in text:
-        return KERNEL_DIED
-    if "CellTimeoutError" in text:  # the interrupt after a cell's timeout went unanswered (e.g. a fork bomb)
-        return KERNEL_HUNG
-    errors = [l.strip() for l in text.splitlines() if re.match(r"^\s+\w+(Error|Exception): ", l)]
-    if errors:
-        return errors[-1][:200]
-    lines = [l for l in text.splitlines() if "ERROR" in l]
-    return lines[-1][:200] if lines else f"nbgrader exited with {proc.returncode}"
+# What stopped nbgrader, as graders/execute.py records it (an exception class of nbclient or its own), and
+# the status it gives the submission. Only the grader's own observations decide a status: a kernel can write
+# anything on its stderr, which nbgrader's output carries.
+FAILURES = {"DeadKernelError": KERNEL_DIED, "CellTimeoutError": KERNEL_HUNG, "ProcessLimitReached": limits.PROCESS_LIMIT}
+
+
+def _reason(proc, failure_file: str | None = None) -> str:
+    why = getattr(proc, "why", None)
+    if why:
+        return KERNEL_HUNG if why.startswith(STALLED) else TIMED_OUT
+    failure = _read_text(failure_file)
+    if failure in FAILURES:
+        return FAILURES[failure]
+    if failure and failure.isidentifier():
+        return f"nbgrader stopped on {failure}"
+    return f"nbgrader exited with {proc.returncode}"
+
+
+def _read_text(path: str | None) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read(200).strip()
+    except (OSError, TypeError):
+        return None
 
 
 def scores(root: Path, student: str, lesson: str) -> dict[str, float] | None:
@@ -711,9 +782,16 @@ def write_grades_csv(root: Path, results: list[Result]) -> Path:
             maximum = lesson_cells.get(r.lesson, {})
             got = scores(root, r.student, r.lesson) if r.status.startswith("graded") else None
             per_cell = {f"{r.lesson}:{k}": v for k, v in (got or dict.fromkeys(maximum, 0.0)).items()}
-            out.writerow([r.student, r.lesson, r.status, "; ".join(r.flags), sum(per_cell.values()), sum(maximum.values()),
-                          round(r.seconds, 1), *[per_cell.get(c, "") for c in cells]])
+            out.writerow([_inert(v) for v in (r.student, r.lesson, r.status, "; ".join(r.flags), sum(per_cell.values()),
+                                              sum(maximum.values()), round(r.seconds, 1), *[per_cell.get(c, "") for c in cells])])
     return path
+
+
+def _inert(value):
+    """A CSV field a spreadsheet shows as text: one starting like a formula (=, +, -, @) gets a quote first."""
+    if isinstance(value, str) and value.startswith(("=", "+", "-", "@", "\t", "\r")):
+        return "'" + value
+    return value
 
 
 def report(root: Path = REPO) -> Path:
@@ -755,9 +833,20 @@ def main(argv=None) -> int:
     parser.add_argument("--submission-timeout", type=int, default=3600)
     parser.add_argument("--unsandboxed", action="store_true", help="run student code without the sandbox (unsafe)")
     parser.add_argument("--scheduler", default=os.environ.get("SCHEDULER") or None,
-                        help="grade on a Dask cluster: tcp://host:8786, or local:N for N local worker processes "
-                             "(default: --jobs threads of this process)")
+                        help="grade on a Dask cluster: tls://host:8786 (mutual TLS, --certs), or local:N for N local "
+                             "worker processes (default: --jobs threads of this process)")
+    parser.add_argument("--certs", type=Path, default=None,
+                        help="the Dask cluster's certificates, from `make certs` (default: certs/ of this checkout)")
+    parser.add_argument("--insecure-tcp", action="store_true",
+                        help="allow a plain tcp:// scheduler: whoever reaches it runs code on the workers (unsafe)")
     args = parser.parse_args(argv)
+    if args.command == "grade" and args.scheduler:  # refused now, not after preparing the lessons
+        from graders import cluster
+
+        try:
+            cluster.check_scheduler(args.scheduler, args.insecure_tcp, args.certs)
+        except ValueError as error:
+            parser.error(str(error))
     root = args.root.resolve()
     if args.command == "release":
         for path in release(root):
@@ -765,7 +854,8 @@ def main(argv=None) -> int:
         return 0
     try:
         results = grade(root, args.cell_timeout, args.submission_timeout, args.jobs, sandboxed=not args.unsandboxed,
-                        scheduler=args.scheduler, log=lambda line: print(line, flush=True))
+                        scheduler=args.scheduler, log=lambda line: print(line, flush=True),
+                        insecure_tcp=args.insecure_tcp, certs=args.certs)
     except SandboxUnavailable as error:
         print(error, file=sys.stderr)
         return 2

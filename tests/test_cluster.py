@@ -102,7 +102,12 @@ def _free_port() -> int:
 def _grade_with_the_readme_commands(root: Path) -> None:
     """The README's three commands as written, with this machine as coordinator and worker, on a free port,
     and the class's root instead of the repository's."""
+    from graders import cluster
+
     scheduler, worker, grade = _readme_commands()
+    certs = root / "certs"  # `make certs`, for this class's root
+    cluster.make_certificates(certs)
+    scheduler, worker = (c.replace("certs/", f"{certs}/") for c in (scheduler, worker))
     port = str(_free_port())
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", COORDINATOR="127.0.0.1")
     started = []
@@ -112,12 +117,12 @@ def _grade_with_the_readme_commands(root: Path) -> None:
             started.append(subprocess.Popen(["bash", "-c", command], cwd=REPO, env=env,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         grade = grade.replace("8786", port).replace("make grade SCHEDULER=",
-                                                    f"{BIN}/python -m graders.pipeline grade --root {root} --scheduler ")
+                                                    f"{BIN}/python -m graders.pipeline grade --root {root} --certs {certs} --scheduler ")
         if not SANDBOXED:
             grade += " --unsandboxed"
         out = subprocess.run(["bash", "-c", grade], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-        assert "grading on tcp://" in out.stdout and "1 workers" in out.stdout
+        assert "grading on tls://" in out.stdout and "1 workers" in out.stdout
     finally:
         for proc in started:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -128,5 +133,6 @@ def test_the_slurm_workers_run_the_readme_worker_command():
     sbatch = (REPO / "graders" / "dask-workers.sbatch").read_text()
     worker = _readme_commands()[1].rstrip("& ").replace("--nthreads 2", "")
     assert worker.split(".venv/bin/dask worker")[0] == "PYTHONPATH=$PWD "
-    assert ".venv/bin/dask worker \"tcp://$COORDINATOR:8786\" --nthreads" in sbatch and "PYTHONPATH=$PWD" in sbatch
+    assert worker.split(".venv/bin/dask worker ")[1].split(" --nthreads")[0].replace("tls://$COORDINATOR:8786", "") \
+        in sbatch.replace('"tls://$COORDINATOR:8786"', "") and "PYTHONPATH=$PWD" in sbatch
     assert subprocess.run(["bash", "-n", REPO / "graders" / "dask-workers.sbatch"]).returncode == 0

@@ -250,3 +250,19 @@ def test_intake_refuses_a_notebook_past_its_limits(tmp_path, monkeypatch):
     assert pipeline._prepare(tmp_path, "s", lesson).startswith("not graded: the notebook has more than")
     monkeypatch.setattr(pipeline, "MAX_NOTEBOOK_FILE_BYTES", 1000)
     assert pipeline._prepare(tmp_path, "s", lesson).startswith("not graded: the notebook is larger than")
+
+
+def test_grading_leaves_the_student_notebooks_as_make_release_wrote_them(tmp_path):
+    """Recording a lesson's cells in the gradebook releases it: into a scratch folder, never over notebooks/
+    (whose exercise cells carry the raises-exception tag that lets Run All go on)."""
+    lesson = "01-dataparallel"
+    shutil.copytree(REPO / "solutions" / lesson, tmp_path / "solutions" / lesson)
+    shutil.copytree(REPO / "notebooks" / lesson, tmp_path / "notebooks" / lesson)
+    before = (tmp_path / "notebooks" / lesson / f"{lesson}.ipynb").read_bytes()
+    recorder = pipeline.Recorder(tmp_path)
+    try:
+        recorder.generate_assignment(lesson)
+    finally:
+        recorder.close()
+    assert (tmp_path / "notebooks" / lesson / f"{lesson}.ipynb").read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "notebooks").iterdir()) == [lesson]
