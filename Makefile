@@ -63,6 +63,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # JUPYTER_CONFIG_PATH; the file browser without the package's build leftovers.
 LAB_HIDE := ["__pycache__", "*.pyc", "*.egg-info", "build", "dask-scratch-space"]
 lab: setup
+	$(BIN)/python -m graders.pipeline gradebook  # the formgrader lists the lessons from gradebook.db
 	PATH="$(CURDIR)/$(BIN):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/graders$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
 		$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" '--ContentsManager.hide_globs=$(LAB_HIDE)' $(ROOT_FLAG) $(LAB_ARGS)
 

@@ -183,6 +183,23 @@ INSERTED = (CANARY, HIDDEN_PART)  # the marks of the grader's own cells: a submi
 OWN_FUNCTIONS = ("collect", "dumps", "encode", "kernel_changes")  # checked in the canary's own code, too
 
 
+PIPELINE = "GRADER_PIPELINE"  # set by graders/pipeline.py for the runs it starts
+REFUSAL = ("This autograde would run student code without the grading sandbox and without the judge, so its "
+           "grades could differ from the course's. Grade with `make grade` (python -m graders.pipeline grade) "
+           "from the course root: every submission then gets the same sandbox and judge. The formgrader shows "
+           "the grades, the submissions and the feedback once `make grade` has run.")
+
+
+class GradingPipelineOnly(NbGraderPreprocessor):
+    """Refuse an autograde that graders/pipeline.py did not start (the formgrader's Autograde button, a bare
+    `nbgrader autograde`): only the pipeline runs student code in the sandbox and judges it outside."""
+
+    def preprocess(self, nb, resources):
+        if os.environ.get(PIPELINE) != "1":
+            raise RuntimeError(REFUSAL)
+        return nb, resources
+
+
 class PrepareCells(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         cells = []

@@ -17,8 +17,10 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from graders.execute import CheckCanaries, CrashSafeExecute, JoinHiddenParts, PrepareCells  # noqa: E402
+from graders.execute import (CheckCanaries, CrashSafeExecute, GradingPipelineOnly, JoinHiddenParts,  # noqa: E402
+                              PrepareCells)
 from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
+from graders.release import LetRunAllGoOn  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
@@ -29,6 +31,12 @@ c.CourseDirectory.release_directory = "notebooks"
 c.CourseDirectory.submitted_directory = "submitted"
 c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
+
+# Releasing (make release, the formgrader's Generate button) tags the exercise cells so that Run All goes on past
+# an unsolved exercise: nbgrader's own steps, then that one.
+from nbgrader.converters import GenerateAssignment  # noqa: E402
+
+c.GenerateAssignment.preprocessors = GenerateAssignment.class_traits()["preprocessors"].default() + [LetRunAllGoOn]
 
 # A student who deletes a test cell gets it back from the gradebook instead of escaping it.
 c.OverwriteCells.add_missing_cells = True
@@ -41,6 +49,7 @@ c.Execute.interrupt_on_timeout = True
 # judge parts, nor keeps the rest of them in its history; canary cells show whether the submission changed how
 # its kernel runs cells (graders/execute.py).
 c.Autograde.autograde_preprocessors = [
+    GradingPipelineOnly,  # the formgrader's Autograde button and a bare `nbgrader autograde` are refused
     PrepareCells,
     CrashSafeExecute,
     CheckCanaries,

@@ -1,6 +1,7 @@
 """The grading pipeline: release the student notebooks, autograde submissions, write feedback and grades.
 
     python -m graders.pipeline release [--root DIR]
+    python -m graders.pipeline gradebook [--root DIR]   (the lessons in gradebook.db, for the formgrader)
     python -m graders.pipeline grade   [--root DIR] [--jobs N] [--scheduler ADDRESS] [--cell-timeout S] [--unsandboxed]
 
 `--root` is the course root (default: this repository). Each submission is autograded by a worker in its
@@ -41,6 +42,7 @@ import nbformat
 
 from graders import execute as execute_caps
 from graders import forkserver, limits, sandbox
+from graders.release import is_exercise_cell  # noqa: F401 - the website's rule too (graders/site.py)
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = Path(__file__).resolve().parent / "nbgrader_config"  # nbgrader appends ".py"
@@ -181,32 +183,9 @@ def release(root: Path = REPO) -> list[Path]:
                 _check(nbgrader(root, "generate_assignment", lesson, "--force", "--no-db", server=server),
                        f"release of {lesson}")
                 written.append(root / "notebooks" / lesson / f"{lesson}.ipynb")
-                _let_run_all_go_on(written[-1])
         finally:
             server.close()
     return written
-
-
-RUN_ALL_GOES_ON = "raises-exception"
-
-
-def is_exercise_cell(cell) -> bool:
-    """A code cell a student completes (a solution cell) or that checks it (a grade cell)."""
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("solution") or meta.get("grade"))
-
-
-def _let_run_all_go_on(path: Path) -> None:
-    """Tag the released exercise and check cells "raises-exception": an unsolved exercise fails its cells, and
-    JupyterLab's Run All (which stops at the first error) goes on to the rest of the lesson. Only the student
-    version: on the solutions nbval must still fail on any error."""
-    nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:
-        if is_exercise_cell(cell):
-            tags = cell.metadata.setdefault("tags", [])
-            if RUN_ALL_GOES_ON not in tags:
-                tags.append(RUN_ALL_GOES_ON)
-    nbformat.write(nb, path)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -536,7 +515,7 @@ def _execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict)
         canaries, verdicts = os.path.join(private, "canaries.json"), os.path.join(private, "verdicts.json")
         failure = os.path.join(private, "failure.txt")  # what stopped nbgrader, in graders/execute.py's words
         env = {"GRADER_CELL_TIMEOUT": str(task.cell_timeout), "GRADER_PROGRESS_FILE": progress.name,
-               "GRADER_CANARY_FILE": canaries, "GRADER_OUTCOME_FILE": failure, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP),
+               "GRADER_CANARY_FILE": canaries, "GRADER_OUTCOME_FILE": failure, "GRADER_PIPELINE": "1", "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP),
                **job_env}
         if slots.spec_dir:
             env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=slots.spec_dir,
@@ -826,7 +805,7 @@ def report(root: Path = REPO) -> Path:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["release", "grade"])
+    parser.add_argument("command", choices=["release", "grade", "gradebook"])
     parser.add_argument("--root", type=Path, default=REPO)
     parser.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time")
     parser.add_argument("--cell-timeout", type=int, default=300)
@@ -851,6 +830,14 @@ def main(argv=None) -> int:
     if args.command == "release":
         for path in release(root):
             print("released", path.relative_to(root))
+        return 0
+    if args.command == "gradebook":  # the lessons in gradebook.db, for the formgrader (make lab)
+        recorder = Recorder(root)
+        try:
+            for lesson in lessons(root):
+                recorder.generate_assignment(lesson)
+        finally:
+            recorder.close()
         return 0
     try:
         results = grade(root, args.cell_timeout, args.submission_timeout, args.jobs, sandboxed=not args.unsandboxed,

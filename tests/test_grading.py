@@ -266,3 +266,26 @@ def test_grading_leaves_the_student_notebooks_as_make_release_wrote_them(tmp_pat
         recorder.close()
     assert (tmp_path / "notebooks" / lesson / f"{lesson}.ipynb").read_bytes() == before
     assert sorted(p.name for p in (tmp_path / "notebooks").iterdir()) == [lesson]
+
+
+def test_the_formgraders_autograde_is_refused_with_the_right_command(tmp_path):
+    """The formgrader's Autograde button (NbGraderAPI.autograde, with the course's config) would run student code
+    without the sandbox and the judge: it is refused, with a message naming `make grade`. `make lab` records the
+    lessons in the gradebook first, so that the formgrader works on a fresh clone."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    lesson = "01-dataparallel"
+    shutil.copytree(REPO / "solutions" / lesson, tmp_path / "solutions" / lesson)
+    assert pipeline.main(["gradebook", "--root", str(tmp_path)]) == 0
+    folder = tmp_path / "submitted" / "s1" / lesson
+    folder.mkdir(parents=True)
+    shutil.copy(REPO / "solutions" / lesson / f"{lesson}.ipynb", folder)
+    config = PyFileConfigLoader(pipeline.CONFIG.name + ".py", path=str(pipeline.CONFIG.parent)).load_config()
+    config.CourseDirectory.root = str(tmp_path)
+    api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+    assert api.get_assignment(lesson)["name"] == lesson, "the formgrader finds the lesson in the gradebook"
+    outcome = api.autograde(lesson, "s1")
+    assert not outcome["success"] and "make grade" in outcome["log"] + outcome.get("error", "")
+    assert not (tmp_path / "notebooks").exists(), "recording the lessons released nothing into notebooks/"
