@@ -104,3 +104,19 @@ def test_when_the_server_cannot_run_a_job_nbgrader_runs_in_a_process_of_its_own(
 def test_a_server_of_an_unknown_kind_is_refused(tmp_path):
     with pytest.raises(ValueError, match="kind"):
         forkserver.Server("python", str(tmp_path / "log"))
+
+
+def test_a_job_runs_under_the_memory_limit_its_request_sets(tmp_path):
+    """The judge and a feedback page run under an address-space limit (their work grows with what a submission
+    sent): a job asking for more fails, and the server serves on."""
+    config = tmp_path / "big_config.py"
+    config.write_text("hog = bytearray(3 * 2**30)\nprint('allocated')\n")
+    args = ["list", f"--JupyterApp.config_file={config}"]
+    server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
+    try:
+        limited = pipeline.run_served(server, args, tmp_path, dict(os.environ), timeout=120, memory_bytes=2 * 2**30)
+        assert limited.returncode != 0 and "MemoryError" in limited.stdout + limited.stderr
+        free = pipeline.run_served(server, args, tmp_path, dict(os.environ), timeout=120)
+        assert "allocated" in free.stdout, "without a limit the same job runs"
+    finally:
+        server.close()
