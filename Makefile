@@ -88,7 +88,7 @@ grade: setup sandbox
 	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER) --certs $(CERTS)) \
 		$(if $(INSECURE_TCP),--insecure-tcp) $(if $(UNSANDBOXED),--unsandboxed)
 
-# The grading cluster's mutual TLS (README, "Many machines"): a CA and the certificate its machines share.
+# The grading cluster's mutual TLS (graders/site_pages/cluster.md): a CA and the certificate its machines share.
 .PHONY: certs
 certs: setup
 	$(BIN)/python -m graders.cluster certs $(CERTS)

@@ -153,14 +153,14 @@ def check_scheduler(scheduler: str, insecure_tcp: bool = False, certs=None) -> N
                    if name != "ca_key" and not path.is_file()]
         if missing:
             raise ValueError(f"scheduler {scheduler}: the cluster's certificates are missing ({', '.join(missing)}): "
-                             "run `make certs` on the coordinator (README, \"Many machines\")")
+                             "run `make certs` on the coordinator (graders/site_pages/cluster.md)")
     elif scheme != "tcp":
         raise ValueError(f"scheduler {scheduler!r}: grading takes a tls:// address, or local:N")
     elif not insecure_tcp:
         raise ValueError(f"scheduler {scheduler}: refused, plain TCP authenticates nobody: whoever reaches the "
                          "scheduler runs code as root on every worker, and any machine can join as a worker, receive "
                          "the hidden tests and return grades. Use tls:// with the certificates of `make certs` "
-                         f"(README, \"Many machines\"), or opt in to plain TCP on a private network: {INSECURE_OPT_IN}")
+                         f"(graders/site_pages/cluster.md), or opt in to plain TCP on a private network: {INSECURE_OPT_IN}")
 
 
 def connect(scheduler: str, insecure_tcp: bool = False, certs=None):
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     for name, path in make_certificates(args.folder).items():
         print(f"{name:<7} {path}")
     print(f"copy {CERT_FILES['ca']}, {CERT_FILES['cert']} and {CERT_FILES['key']} into certs/ of each grading "
-          f"machine (never {CERT_FILES['ca_key']}): README, \"Many machines\"")
+          f"machine (never {CERT_FILES['ca_key']}): graders/site_pages/cluster.md")
     return 0
 
 

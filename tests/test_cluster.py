@@ -1,4 +1,5 @@
-"""Grading on a real Dask cluster: worker processes over TCP, one killed mid-submission; the README's commands."""
+"""Grading on a real Dask cluster: worker processes over TCP, one killed mid-submission; the commands of the
+website's cluster page (graders/site_pages/cluster.md), as written."""
 
 import csv
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import course_docs
 from corpus import LESSON, wrong_quiz, write_class_submission
 from graders import sandbox
 
@@ -63,7 +65,7 @@ def test_a_local_cluster_needs_a_worker():
 
 
 def test_the_readme_commands_grade_on_a_scheduler_and_worker_the_same(graded_class, tmp_path):
-    """The README's three commands as written (this machine as coordinator and worker) grade a submission of the
+    """The cluster page's three commands as written (this machine as coordinator and worker) grade a submission of the
     session's class again, in another course root: the same grade."""
     shutil.copytree(REPO / "solutions", tmp_path / "solutions")
     folder = tmp_path / "submitted" / "wrong_quiz" / LESSON
@@ -88,8 +90,8 @@ def _still_running(processes: list, wait: float = 10) -> list:
 
 
 def _readme_commands() -> list[str]:
-    readme = (REPO / "README.md").read_text()
-    block = readme.split("### Many machines: grading on a Dask cluster")[1].split("```bash")[1].split("```")[0]
+    """The three commands of the cluster page (it was the README's section), as written."""
+    block = course_docs.bash_block("cluster.md", "Many machines: grading on a Dask cluster")
     return [line for line in block.strip().splitlines() if line and not line.startswith("#")]
 
 
@@ -100,7 +102,7 @@ def _free_port() -> int:
 
 
 def _grade_with_the_readme_commands(root: Path) -> None:
-    """The README's three commands as written, with this machine as coordinator and worker, on a free port,
+    """The cluster page's three commands as written, with this machine as coordinator and worker, on a free port,
     and the class's root instead of the repository's."""
     from graders import cluster
 

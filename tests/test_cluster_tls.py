@@ -1,5 +1,6 @@
 """The Dask grading cluster admits only the instructor's machines: mutual TLS with the certificates of `make certs`,
-checked on a real `dask scheduler` and real `dask worker`s started with the README's commands, on 127.0.0.1."""
+checked on a real `dask scheduler` and real `dask worker`s started with the commands of the website's cluster page
+(graders/site_pages/cluster.md), on 127.0.0.1."""
 
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import course_docs
 from graders import cluster, pipeline
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,15 +29,14 @@ def _free_port() -> int:
 
 
 def _readme_command(program: str) -> str:
-    """The README's `dask scheduler` or `dask worker` command, as written."""
-    readme = (REPO / "README.md").read_text()
-    block = readme.split("### Many machines: grading on a Dask cluster")[1].split("```bash")[1].split("```")[0]
+    """The cluster page's `dask scheduler` or `dask worker` command, as written."""
+    block = course_docs.bash_block("cluster.md", "Many machines: grading on a Dask cluster")
     (line,) = [line for line in block.splitlines() if f".venv/bin/dask {program} " in line and not line.startswith("#")]
     return line.rstrip("& ")
 
 
 def _on_this_machine(command: str, port: int, certs: Path) -> str:
-    """A README command on 127.0.0.1 only (`port` for 8786, any free port for HTTP) with the certificates in `certs`."""
+    """A cluster page command on 127.0.0.1 only (`port` for 8786, any free port for HTTP) with the certificates in `certs`."""
     command = re.sub(r"\b8786\b", str(port), command.replace(" --host 0.0.0.0", "")).replace("certs/", f"{certs}/")
     return command.replace(f" --dashboard-address {LOCAL}:8787", "") + f" --host {LOCAL} --dashboard-address {LOCAL}:0"
 
@@ -84,7 +85,7 @@ def foreign(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def scheduler(certs, tmp_path_factory):
-    """The README's scheduler command on 127.0.0.1: (its address, its log)."""
+    """The cluster page's scheduler command on 127.0.0.1: (its address, its log)."""
     port, log = _free_port(), tmp_path_factory.mktemp("scheduler") / "scheduler.log"
     proc = _start(_on_this_machine(_readme_command("scheduler"), port, certs), log)
     try:
@@ -103,7 +104,7 @@ def scheduler(certs, tmp_path_factory):
 
 def test_only_a_worker_with_the_instructors_certificate_joins_and_gets_tasks(scheduler, certs, foreign, tmp_path):
     """A task waits while a worker over plain TCP, and one with another CA's certificate (trusting the course's CA),
-    try to join: they never appear and never run it; the README's worker, with the certificate, joins and runs it."""
+    try to join: they never appear and never run it; the cluster page's worker, with the certificate, joins and runs it."""
     address, scheduler_log = scheduler
     port = int(address.rsplit(":", 1)[1])
     worker = _on_this_machine(_readme_command("worker"), port, certs)

@@ -1,19 +1,22 @@
 """The course website (`make site`, graders/site.py), built from the class's untouched submissions (the student
 notebooks, already executed by the grader) and opened in headless Chromium: every page loads, every figure
-shows, no link is broken, and no page shows a solution or a hidden test."""
+shows, no link is broken, and no page shows a solution or a hidden test. The instructors' pages
+(graders/site_pages/) are in the navigation and linked, and outputs carry no machine paths (both also checked
+without the class, on a build of the pages alone)."""
 
+import base64
 import functools
 import http.server
 import re
 import shutil
 import threading
 from pathlib import Path
-from urllib.parse import urldefrag, urlparse
+from urllib.parse import urldefrag, urljoin, urlparse
 
 import nbformat
 import pytest
 
-from graders import site
+from graders import pipeline, site
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -24,7 +27,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 EXTERNAL = {
     "colab.research.google.com": r"/github/multi-device-course/pytorch-multi-device-course/blob/main/(notebooks/.+\.ipynb)",
     "kaggle.com": r"/kernels/welcome\?src=https://github\.com/multi-device-course/pytorch-multi-device-course/blob/main/(notebooks/.+\.ipynb)",
-    "github.com": r"/multi-device-course/pytorch-multi-device-course(/blob/main/(.+))?",
+    "github.com": r"/multi-device-course/pytorch-multi-device-course(?:/blob/main/(.+))?",
+    "distributed.dask.org": r"/?",  # Dask's home page, from the cluster page
 }
 BADGES = {"https://colab.research.google.com/assets/colab-badge.svg", "https://kaggle.com/static/images/open-in-kaggle.svg"}
 
@@ -76,7 +80,7 @@ def test_every_page_loads_every_figure_shows_and_no_link_is_broken(built, graded
 
     base, out = built
     lessons = site.lessons()
-    pages = ["index.html"] + [f"lessons/{lesson}.html" for lesson in lessons]
+    pages = ["index.html"] + [f"lessons/{lesson}.html" for lesson in lessons] + [f"{name}.html" for name in site.PAGES]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -105,6 +109,8 @@ def test_every_page_loads_every_figure_shows_and_no_link_is_broken(built, graded
             index_links = {href for where, href in links if where == "index.html"}
             for lesson in lessons:
                 assert f"{base}/lessons/{lesson}.html" in index_links, f"the landing page does not link {lesson}"
+            for name in site.PAGES:
+                assert f"{base}/{name}.html" in index_links, f"the landing page does not link {name}"
             for where, href in sorted(links):
                 _check_link(page, base, out, where, href)
         finally:
@@ -130,3 +136,108 @@ def _check_link(page, base, out, where, href):
             assert (REPO / target).exists(), f"{where}: {href} points to {target}, which the repository lacks"
     else:
         assert parsed.scheme in ("mailto", "javascript", ""), f"{where}: {href}"
+
+
+# Real output, copied from notebooks run in a checkout at /work/main with its venv, Python from pyenv in /root and
+# the notebook's folder in /tmp: lesson 2's mp.spawn child that cannot find a notebook's function, and IPython
+# tracebacks through torch, the course's helpers and a file in the notebook's folder.
+SPAWN_CHILD_STDERR = """Traceback (most recent call last):
+  File "<string>", line 1, in <module>
+  File "/root/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/spawn.py", line 122, in spawn_main
+    exitcode = _main(fd, parent_sentinel)
+               ^^^^^^^^^^^^^^^^^^^^^^^^^^
+AttributeError: Can't get attribute 'notebook_worker' on <module '__main__' (built-in)>
+"""
+IPYTHON_TRACEBACK = [
+    "\x1b[36mFile \x1b[39m\x1b[32m/work/main/.venv/lib/python3.11/site-packages/torch/multiprocessing/spawn.py:364\x1b[39m, "
+    "in \x1b[36mspawn\x1b[39m\x1b[34m(fn, args, nprocs, join, daemon, start_method)\x1b[39m\n",
+    "\x1b[36mFile \x1b[39m\x1b[32m/work/main/helpers/launch.py:104\x1b[39m, in \x1b[36mlaunch\x1b[39m"
+    "\x1b[34m(worker, n_procs, args, backend, timeout_s, init_process_group, env)\x1b[39m\n",
+    "\x1b[36mFile \x1b[39m\x1b[32m/tmp/sitework/x.py:2\x1b[39m, in \x1b[36mf\x1b[39m\x1b[34m()\x1b[39m\n",
+]
+
+
+def test_outputs_lose_the_paths_of_the_machine_that_ran_them():
+    clean = site.machine_paths_removed(SPAWN_CHILD_STDERR, "/work/main")
+    assert '  File "python3.11/multiprocessing/spawn.py", line 122, in spawn_main' in clean
+    assert "AttributeError: Can't get attribute 'notebook_worker'" in clean
+    venv, repo, tmp = (site.machine_paths_removed(line, "/work/main") for line in IPYTHON_TRACEBACK)
+    assert "\x1b[32msite-packages/torch/multiprocessing/spawn.py:364\x1b[39m, in \x1b[36mspawn" in venv
+    assert "\x1b[32mhelpers/launch.py:104\x1b[39m, in \x1b[36mlaunch" in repo
+    assert "\x1b[32m/tmp/…:2\x1b[39m, in \x1b[36mf" in tmp
+    assert site.machine_paths_removed("/home/alice/data.csv /Users/bob/x.py /root/.cache/y", "/work/main") == \
+        "~/data.csv ~/x.py ~/.cache/y"
+    assert site.machine_paths_removed("cwd /work/main; /work/main2/x", "/work/main") == "cwd .; /work/main2/x"
+    assert site.machine_paths_removed("x in /opt/py/lib/python3.11/site-packages (1.0)", "/work/main") == \
+        "x in site-packages (1.0)"
+    for text in [SPAWN_CHILD_STDERR, *IPYTHON_TRACEBACK]:
+        clean = site.machine_paths_removed(text, "/work/main")
+        assert not re.search(r"/work/main|/root|/tmp/[^…]|/home/|\.pyenv|\.venv", clean), clean
+        assert site.machine_paths_removed(clean, "/work/main") == clean
+
+
+def test_a_lesson_page_shows_its_outputs_without_machine_paths_and_its_figures_unchanged():
+    released = nbformat.read(REPO / "notebooks" / "02-ddp" / "02-ddp.ipynb", as_version=4)
+    executed = nbformat.from_dict(released)
+    cell = next(c for c in executed.cells if c.cell_type == "code" and not pipeline.is_exercise_cell(c))
+    figure = base64.b64encode(base64.b64decode("iVBORw0KGgoA/tmp/AAA")).decode()  # a PNG's base64 may hold "/tmp/"
+    assert "/tmp/" in figure
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stderr", text=SPAWN_CHILD_STDERR.replace("/work/main", str(REPO))),
+        nbformat.v4.new_output("error", ename="ProcessExitedException", evalue=f"see {REPO}/helpers/launch.py",
+                               traceback=[line.replace("/work/main", str(REPO)) for line in IPYTHON_TRACEBACK]),
+        nbformat.v4.new_output("display_data", data={"image/png": figure, "text/plain": f"<Figure in {REPO}>"}),
+    ]
+    shown = next(c for c in site.page("02-ddp", executed).cells if c.get("id") == cell.get("id"))
+    text = nbformat.writes(nbformat.v4.new_notebook(cells=[shown]))
+    assert str(REPO) not in text and "/root/" not in text and "/tmp/sitework" not in text
+    assert shown.outputs[0].text == site.machine_paths_removed(SPAWN_CHILD_STDERR, "/work/main")
+    assert shown.outputs[1].evalue == "see helpers/launch.py"
+    assert shown.outputs[2].data["image/png"] == figure and shown.outputs[2].data["text/plain"] == "<Figure in .>"
+    assert cell.outputs[0].text.startswith("Traceback") and str(REPO) in cell.outputs[1].evalue  # executed: as it was
+
+
+def _static_links(out: Path, path: str) -> set[str]:
+    """The links and sources of a built page, as a browser would resolve them (a base address, then the page's)."""
+    html = (out / path).read_text()
+    return {urljoin(f"http://site/{path}", value.replace("&amp;", "&")) for value in re.findall(r'(?:href|src)="([^"]*)"', html)}
+
+
+def test_the_instructors_pages_are_built_linked_and_in_the_navigation(tmp_path):
+    """A build of the landing page and the instructors' pages alone (no lesson: seconds, no class): each page is
+    built, in the navigation under "Instructors" and linked from the landing page, and every link resolves."""
+    assert sorted(p.stem for p in site.PAGES_DIR.glob("*.md")) == sorted(site.PAGES), "every page is in PAGES"
+    out = tmp_path / "html"
+    site.build(out, names=[])
+    index = (out / "index.html").read_text()
+    assert 'caption-text">Instructors<' in index
+    for name in site.PAGES:
+        built = (out / f"{name}.html").read_text()
+        assert site.page_title(name).split(":")[0] in built and 'caption-text">Instructors<' in built, name
+        assert f'href="{name}.html"' in index, f"the landing page does not link {name}"
+    assert site.hardware_table() in site.landing_page([]) and site.hardware_table().count("\n") >= 5
+    for path in ["index.html"] + [f"{name}.html" for name in site.PAGES]:
+        for href in _static_links(out, path):
+            url, fragment = urldefrag(href)
+            parsed = urlparse(url)
+            if parsed.netloc == "site":
+                target = out / parsed.path.lstrip("/")
+                assert target.is_file(), f"{path}: broken link {href}"
+                if fragment and target.suffix == ".html":
+                    assert f'id="{fragment}"' in target.read_text(), f"{path}: {href}: no such anchor"
+            elif parsed.scheme in ("http", "https"):
+                host = parsed.hostname.removeprefix("www.")
+                assert host in EXTERNAL, f"{path}: a link to {host} ({href})"
+                match = re.fullmatch(EXTERNAL[host], parsed.path + (f"?{parsed.query}" if parsed.query else ""))
+                assert match, f"{path}: unexpected link {href}"
+                target = match.group(match.lastindex) if match.lastindex else None
+                assert target is None or (REPO / target).exists(), f"{path}: {href}: the repository lacks {target}"
+            else:
+                assert parsed.scheme in ("mailto", "javascript", ""), f"{path}: {href}"
+
+
+def test_the_readme_links_every_instructors_page_on_the_site_and_in_the_repository():
+    readme = (REPO / "README.md").read_text()
+    site_address = "https://multi-device-course.github.io/pytorch-multi-device-course"
+    for name in site.PAGES:
+        assert f"({site_address}/{name}.html)" in readme and f"(graders/site_pages/{name}.md)" in readme, name
