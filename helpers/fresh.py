@@ -5,7 +5,10 @@ process, and launchers that fork (Lightning's `ddp_notebook`) are only safe from
 has not yet run a multi-threaded op (GNU OpenMP's thread pool does not survive a fork).
 
 If a job fails, or the caller is interrupted (Jupyter's stop button), every process still running
-is killed at once, so the kernel answers again right away.
+is killed at once, so the kernel answers again right away. "Every process" includes the workers a
+job starts (Lightning's, `xmp.spawn`'s): each job runs in a process group of its own, killed whole
+when the job times out, fails or ends (on a TPU an orphaned worker keeps the chip), and when its
+caller dies.
 
 A `ForkServer` saves the start-up: a process that imported the slow modules once (torch_xla takes
 seconds) forks a child per job. The child has imported them but has run nothing (no device, no
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from multiprocessing.connection import Connection, wait
 
@@ -77,11 +81,13 @@ class _Children:
         self._procs: set[subprocess.Popen] = set()
         self._stopped = False
 
-    def start(self, cmd, env) -> subprocess.Popen:
+    def start(self, cmd, env, stderr) -> subprocess.Popen:
         with self._lock:
             if self._stopped:
                 raise RuntimeError("stopped before it started: another job failed or the run was interrupted")
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            # a session of its own: its group holds the job and every worker it starts, and nothing else
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                                    start_new_session=True)
             self._procs.add(proc)
             return proc
 
@@ -89,7 +95,8 @@ class _Children:
         with self._lock:
             self._stopped = True
             for proc in self._procs:
-                proc.kill()  # a no-op for one that has exited
+                if proc.returncode is None:  # not yet waited for: its pid, and so its group's id, is still its own
+                    _kill_group(proc)
 
 
 def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: ForkServer | None = None):
@@ -115,15 +122,33 @@ def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: F
 
 
 def _start_fresh(job: str, result: str, env: dict, timeout_s: float, children: _Children) -> tuple[int, str]:
-    """Run the job in a new Python process: (its exit code, what it wrote on stderr)."""
-    proc = children.start([sys.executable, "-m", "helpers.fresh", job, result], {**os.environ, **env})
-    try:
-        _, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    """Run the job in a new Python process: (its exit code, what it and its workers wrote on stderr).
+
+    Its stderr goes to a file, not a pipe: the workers it started would hold a pipe open after it ended, and
+    reading to the end would wait for them."""
+    cmd = [sys.executable, "-m", "helpers.fresh", job, result, str(os.getpid())]
+    with tempfile.TemporaryFile("w+", errors="replace") as log:
+        proc = children.start(cmd, {**os.environ, **env}, log)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.wait()
+            raise _timeout(timeout_s) from None
+        _kill_group(proc)  # the workers it left behind (the group outlives its leader while they run)
+        log.seek(0)
+        return proc.returncode, log.read()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the process group `proc` leads: the job and every worker it started."""
+    if not hasattr(os, "killpg"):  # Windows: no process groups to kill; the job alone
         proc.kill()
-        proc.communicate()
-        raise _timeout(timeout_s) from None
-    return proc.returncode, stderr
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # nobody left in it
+        pass
 
 
 def _timeout(timeout_s: float) -> TimeoutError:
@@ -262,9 +287,25 @@ def _forked_child(job: str, result: str, log: str, env: dict) -> None:
         os._exit(code)
 
 
+def _die_with(caller: int) -> None:
+    """Kill this process's group (the job and its workers) when `caller` dies: the job runs in a session of its
+    own, where a kernel's restart (which kills the kernel's process group) does not reach it."""
+
+    def watch():
+        while os.getppid() == caller:  # once the caller has died, the job belongs to another parent
+            time.sleep(CALLER_POLL_S)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+CALLER_POLL_S = 0.5
+
 if __name__ == "__main__":
     if sys.argv[1] == "--serve":
         _serve(int(sys.argv[2]), sys.argv[3:])
         os._exit(0)  # at once: the modules' exit handlers have nothing to clean up in a server that ran nothing
     else:
+        if hasattr(os, "killpg"):
+            _die_with(int(sys.argv[3]))
         _child(sys.argv[1], sys.argv[2])

@@ -7,7 +7,9 @@
 * a free port for every launch (re-running a notebook cell just works), and a process-group
   timeout on every group, so a rank that misses a collective fails instead of hanging 30 minutes;
 * when a rank fails, every rank is stopped within seconds and the launch raises `WorkerFailed`
-  showing that rank's traceback;
+  showing that rank's traceback and the end of what it wrote on stderr; a rank killed by a signal
+  (nccl's watchdog aborts a rank whose collective timed out: SIGABRT, no Python traceback; a
+  segfault; the OOM killer's SIGKILL) is reported with the signal's name and that stderr;
 * the worker is shipped by value (cloudpickle), so it may live in a module *or* in the notebook.
   Plain `mp.spawn` can only start workers it can import by name (see lesson 2).
 
@@ -23,6 +25,7 @@ import multiprocessing.connection as mp_connection
 import os
 import pickle
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -46,12 +49,46 @@ FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "helpers.la
 
 
 class WorkerFailed(RuntimeError):
-    """A rank raised or died; the message carries that rank's traceback."""
+    """A rank raised or died; the message carries that rank's traceback (or how its process ended) and the end of
+    what it wrote on stderr.
 
-    def __init__(self, rank: int, details: str):
+    `exitcode`: the rank's exit code when it ended without a result (negative: killed by that signal), else None;
+    `signal`: then the signal's name ("SIGABRT", "SIGSEGV", "SIGKILL"), else None; `stderr`: the end of the rank's
+    stderr, where a rank killed by a signal left its only words (nccl's watchdog: "Watchdog caught collective
+    operation timeout ...")."""
+
+    def __init__(self, rank: int, details: str, *, exitcode: int | None = None, stderr: str = ""):
         self.rank = rank
         self.details = details
+        self.exitcode = exitcode
+        self.signal = signal_name(exitcode)
+        self.stderr = stderr
         super().__init__(f"rank {rank} failed:\n{details}")
+
+
+def signal_name(exitcode: int | None) -> str | None:
+    """The name of the signal that killed a process with this exit code (multiprocessing's: minus the signal's
+    number), or None when no signal did."""
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """How a rank failed: its traceback, or how its process ended, and the end of its stderr."""
+
+    what: str
+    stderr: str = ""
+    silent: bool = False  # it ended without a report: os._exit, or a signal
+    exitcode: int | None = None
+
+    def error(self, rank: int, note: str = "") -> WorkerFailed:
+        section = f"\n--- this rank's stderr ---\n{self.stderr}" if self.stderr.strip() else ""
+        return WorkerFailed(rank, self.what + note + section, exitcode=self.exitcode, stderr=self.stderr)
 
 
 @dataclass(frozen=True)
@@ -120,7 +157,8 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
             sender.close()  # the rank holds the only writing end: its death reads as end of file
         output = RankOutput([reader for reader, _ in stdouts])
         try:
-            return _collect(procs, [reader for reader, _ in pipes], output, deadline=time.monotonic() + timeout_s + 30)
+            return _collect(procs, [reader for reader, _ in pipes], output, logs,
+                            deadline=time.monotonic() + timeout_s + 30)
         except WorkerFailed as failure:
             if attempt + 1 == RENDEZVOUS_ATTEMPTS or not _rendezvous_failed(failure):
                 raise
@@ -158,7 +196,7 @@ def _context():
     return mp.get_context("spawn")
 
 
-def _collect(procs, readers, output: "RankOutput", deadline):
+def _collect(procs, readers, output: "RankOutput", logs: str, deadline):
     """Each rank sends one report on its own pipe, before it tears its process group down: a rank that then hangs
     on its way out (destroy_process_group, a thread) has already delivered its result. Meanwhile what the ranks
     print is shown as it comes."""
@@ -171,12 +209,12 @@ def _collect(procs, readers, output: "RankOutput", deadline):
             raise WorkerFailed(pending[0], "no result before the launch's deadline (a rank may be stuck)")
         output.pump(ready)
         for rank in pending:
-            report = _report(procs[rank], readers[rank])
+            report = _report(procs[rank], readers[rank], _log(logs, rank))
             if report is None:
                 continue
             ok, value = report
             if not ok:
-                raise _root_cause(procs, readers, values, rank, value)
+                raise _root_cause(procs, readers, logs, values, rank, value)
             values[rank] = cloudpickle.loads(value)
     end = time.monotonic() + STOP_GRACE_S
     for proc in procs:
@@ -184,17 +222,30 @@ def _collect(procs, readers, output: "RankOutput", deadline):
     return [values[rank] for rank in range(len(procs))]
 
 
-def _report(proc, reader):
-    """(ok, value) once the rank has reported or died, None while it runs."""
+def _report(proc, reader, log: str):
+    """(True, the pickled result) or (False, a _Failure) once the rank has reported or died, None while it runs."""
     if reader.poll():
         try:
-            return pickle.loads(reader.recv_bytes())
+            ok, value = pickle.loads(reader.recv_bytes())
         except EOFError:
             proc.join(timeout=5)
-            return False, f"the process exited with code {proc.exitcode} without a result"
+            return False, _death(proc.exitcode, log)
+        return (True, value) if ok else (False, _Failure(*value))
     if proc.exitcode is not None:  # everything it wrote is in the pipe, so it wrote nothing
-        return False, f"the process exited with code {proc.exitcode} without a result"
+        return False, _death(proc.exitcode, log)
     return None
+
+
+def _death(exitcode: int | None, log: str) -> _Failure:
+    """A rank that ended without a report. Killed by a signal, it left no traceback: only what it wrote on stderr
+    before (nccl's watchdog explains its SIGABRT there)."""
+    name = signal_name(exitcode)
+    how = f"was killed by {name} (exit code {exitcode})" if name else f"exited with code {exitcode}"
+    return _Failure(f"the process {how} {SILENT_EXIT}", _tail(log), silent=True, exitcode=exitcode)
+
+
+def _log(logs: str, rank: int) -> str:
+    return os.path.join(logs, f"rank{rank}.log")
 
 
 class RankOutput:
@@ -249,25 +300,30 @@ ECHOES = ("connection closed by peer", "connection reset by peer")
 SILENT_EXIT = "without a result"
 
 
-def _root_cause(procs, readers, values, rank, details) -> WorkerFailed:
+def _root_cause(procs, readers, logs, values, rank, failure: _Failure) -> WorkerFailed:
     """A peer's error is often the echo of a rank that died silently first (os._exit, a signal), or that failed
     and left (a collective's timeout, whose rank exits and closes its connections): report that rank."""
-    if SILENT_EXIT in details:
-        return WorkerFailed(rank, details)
-    is_echo = any(echo in details.lower() for echo in ECHOES)
+    if failure.silent:
+        return failure.error(rank)
+    is_echo = _is_echo(failure)
     others = [other for other in range(len(procs)) if other != rank and other not in values]
     if is_echo:  # the failure it echoes is on its way
         mp_connection.wait([readers[other] for other in others], timeout=ROOT_CAUSE_WAIT_S)
-    last_line = details.strip().splitlines()[-1]
+    last_line = failure.what.strip().splitlines()[-1]
     for other in others:
-        report = _report(procs[other], readers[other])
+        report = _report(procs[other], readers[other], _log(logs, other))
         if report is None or report[0]:
             continue
-        if SILENT_EXIT in report[1]:
-            return WorkerFailed(other, f"{report[1]} (then rank {rank} failed: {last_line})")
-        if is_echo and not any(echo in report[1].lower() for echo in ECHOES):
-            return WorkerFailed(other, f"{report[1]}\n(then rank {rank} lost its connection to rank {other})")
-    return WorkerFailed(rank, details)
+        theirs = report[1]
+        if theirs.silent:
+            return theirs.error(other, f" (then rank {rank} failed: {last_line})")
+        if is_echo and not _is_echo(theirs):
+            return theirs.error(other, f"\n(then rank {rank} lost its connection to rank {other})")
+    return failure.error(rank)
+
+
+def _is_echo(failure: _Failure) -> bool:
+    return any(echo in failure.what.lower() for echo in ECHOES)
 
 
 ROOT_CAUSE_WAIT_S = 2.0  # only spent when no other rank has failed
@@ -307,7 +363,8 @@ def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, 
         # plain pickle bytes: torch's pickling would share memory with a process about to exit
         report = (True, cloudpickle.dumps(value))
     except BaseException:
-        report = (False, traceback.format_exc() + _stderr_tail())
+        sys.stderr.flush()
+        report = (False, (traceback.format_exc(), _tail(os.environ["HELPERS_RANK_LOG"])))
     try:
         sender.send_bytes(pickle.dumps(report))  # in this thread, now: nothing later can hold it back
     finally:
@@ -347,14 +404,17 @@ def _stderr_to_file(path: str) -> None:
     os.environ["HELPERS_RANK_LOG"] = path
 
 
-def _stderr_tail(limit: int = 3000) -> str:
-    sys.stderr.flush()
+STDERR_TAIL_BYTES = 4000  # room for a C++ error with its stack frames (nccl's watchdog writes one)
+
+
+def _tail(path: str) -> str:
+    """The end of a rank's stderr file ("" when there is none)."""
     try:
-        with open(os.environ["HELPERS_RANK_LOG"], errors="replace") as f:
-            text = f.read()[-limit:]
-    except (KeyError, OSError):
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - STDERR_TAIL_BYTES))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
         return ""
-    return f"\n--- this rank's stderr ---\n{text}" if text.strip() else ""
 
 
 @contextmanager

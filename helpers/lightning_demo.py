@@ -31,16 +31,32 @@ class Regression(L.LightningModule):
     def training_step(self, batch, batch_idx):
         (x,) = batch
         if batch_idx == 0:
-            sampler = self.trainer.train_dataloader.sampler
-            info = {"rank": self.global_rank, "sampler": type(sampler).__name__,
-                    "num_replicas": getattr(sampler, "num_replicas", None), "sampler_rank": getattr(sampler, "rank", None),
-                    "shuffle": getattr(sampler, "shuffle", None), "indices": [int(i) for i in sampler]}
+            info = sampler_report(self.trainer.train_dataloader, self.global_rank)
             with open(os.path.join(self.folder, f"rank{self.global_rank}.json"), "w") as f:
                 json.dump(info, f)
         return self.layer(x).pow(2).mean()
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def sampler_of(loader):
+    """The sampler behind the training loader Lightning hands the model. On one device (Colab's TPU v5e-1, CPU
+    DDP) that is a DataLoader, with its `sampler`. On several XLA devices (Kaggle's TPU v5e-8) Lightning wraps it
+    in torch_xla's MpDeviceLoader, which has no `sampler`: Lightning gives it the wrapped loader's `batch_sampler`,
+    whose `sampler` it is, and MpDeviceLoader keeps the wrapped loader itself as `_loader`."""
+    for holder in (loader, getattr(loader, "batch_sampler", None), getattr(loader, "_loader", None)):
+        if holder is not None and hasattr(holder, "sampler"):
+            return holder.sampler
+    raise ValueError(f"loader must be a DataLoader or a loader wrapping one, got {type(loader).__name__}")
+
+
+def sampler_report(loader, rank: int) -> dict:
+    """What the sampler behind `loader` gives process `rank`: its type, its replicas and rank, and its indices."""
+    sampler = sampler_of(loader)
+    return {"rank": rank, "sampler": type(sampler).__name__, "num_replicas": getattr(sampler, "num_replicas", None),
+            "sampler_rank": getattr(sampler, "rank", None), "shuffle": getattr(sampler, "shuffle", None),
+            "indices": [int(i) for i in sampler]}
 
 
 def trainer_kwargs() -> dict:

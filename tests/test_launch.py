@@ -296,3 +296,53 @@ def test_a_failing_rank_shows_what_it_printed_before_it_failed(capsys):
     with pytest.raises(launch.WorkerFailed, match="and no further"):
         launch.launch(worker, 2)
     assert "[rank1]: rank 1 got this far" in capsys.readouterr().out
+
+
+# What nccl's watchdog writes on stderr, from C++, before it aborts a rank whose collective timed out
+# (TORCH_NCCL_ASYNC_ERROR_HANDLING=3, the default): the rank's only words, no Python traceback.
+WATCHDOG_LINE = ("[PG ID 0 PG GUID 0(default_pg) Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+                 "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=4000) ran for 4004 milliseconds before timing out.")
+
+
+def killed_on_rank_one(rank, world_size, how):
+    """Rank 1 writes its last words on stderr (from C, as nccl's watchdog does), then its process is killed by a
+    signal: "abort" as the watchdog does, "segfault" for real, "kill" as the OOM killer does."""
+    import ctypes
+    import resource
+    import signal
+
+    if rank == 1:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
+        os.write(2, f"{WATCHDOG_LINE if how == 'abort' else 'last words before a ' + how}\n".encode())
+        if how == "abort":
+            os.abort()
+        elif how == "segfault":
+            ctypes.string_at(0)
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+def test_a_rank_aborted_by_the_nccl_watchdog_is_reported_with_its_signal_and_its_stderr():
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.launch(killed_on_rank_one, 2, args=("abort",), timeout_s=30)
+    failed = info.value
+    assert failed.rank == 1 and failed.signal == "SIGABRT" and failed.exitcode == -6
+    assert WATCHDOG_LINE in failed.stderr and WATCHDOG_LINE in failed.details and "SIGABRT" in str(failed)
+    assert "timing out" in str(failed)
+
+
+@pytest.mark.parametrize("how, name", [("segfault", "SIGSEGV"), ("kill", "SIGKILL")])
+def test_a_rank_killed_by_a_signal_is_reported_with_its_signal_and_its_stderr(how, name):
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.launch(killed_on_rank_one, 2, args=(how,), timeout_s=30)
+    failed = info.value
+    assert failed.rank == 1 and failed.signal == name and f"killed by {name}" in str(failed)
+    assert f"last words before a {how}" in failed.stderr and f"last words before a {how}" in str(failed)
+
+
+def test_the_signal_is_named_from_the_exit_code():
+    assert [launch.signal_name(code) for code in (-6, -11, -9, 0, 3, None)] == [
+        "SIGABRT", "SIGSEGV", "SIGKILL", None, None, None]
+    failed = launch.WorkerFailed(0, "ValueError: no", stderr="")
+    assert failed.signal is None and failed.exitcode is None and failed.stderr == ""

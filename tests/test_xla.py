@@ -271,3 +271,130 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+# ---- a fresh process's own workers (Lightning, xmp.spawn) ------------------------------------
+
+
+def _worker_starting_job():
+    """A job that starts a worker of its own, as Lightning and xmp.spawn do (it inherits the job's stdout and
+    stderr), notes the worker's pid in `pid_file`, then runs `job_s` seconds. (Made here, so that it is
+    shipped by value: the fresh process cannot import this test module.)"""
+
+    def job(pid_file, job_s):
+        import subprocess
+        import sys
+        import time
+
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        with open(pid_file, "w") as f:
+            f.write(str(worker.pid))
+        time.sleep(job_s)
+        return "done"
+
+    return job
+
+
+def _dead(pid: int, within_s: float = 5.0) -> bool:
+    """Whether process `pid` is gone (or a zombie) within `within_s` seconds."""
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_timeout_stops_the_workers_a_job_started_as_well(tmp_path):
+    """A job's own workers hold its stderr: killing the job alone left the call waiting for them (timeout_s=3
+    returned after 20 s), and the workers ran on. On a TPU an orphaned worker keeps the chip."""
+    pid_file = tmp_path / "worker.pid"
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="timeout_s=3"):
+        fresh.run(_worker_starting_job(), str(pid_file), 60, timeout_s=3)
+    assert time.monotonic() - start < 6
+    assert _dead(int(pid_file.read_text()))
+
+
+def test_a_job_that_ends_takes_the_workers_it_left_behind_along(tmp_path):
+    """Its result comes back at once, not when a stray worker (still holding the job's stderr) ends."""
+    pid_file = tmp_path / "worker.pid"
+    start = time.monotonic()
+    assert fresh.run(_worker_starting_job(), str(pid_file), 0, timeout_s=30) == "done"
+    assert time.monotonic() - start < 6
+    assert _dead(int(pid_file.read_text()))
+
+
+def test_a_killed_caller_takes_the_job_and_its_workers_along(tmp_path):
+    """The job runs in a process group of its own (so that a timeout reaches its workers), out of reach of the
+    kernel's: when the kernel is killed (a restart), the job must notice, and take its workers along."""
+    pid_file = tmp_path / "worker.pid"
+    script = textwrap.dedent(f"""
+        from helpers import fresh
+        from tests.test_xla import _worker_starting_job
+        fresh.run(_worker_starting_job(), {str(pid_file)!r}, 60, timeout_s=120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=str(os.path.dirname(os.path.dirname(__file__))))
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert _dead(int(pid_file.read_text()))
+
+
+# ---- Lightning on several XLA devices (Kaggle's TPU v5e-8) ---------------------------------------
+
+
+def _lightning_xla_loader():
+    """In a process on 2 XLA:CPU devices: Lightning's own XLAStrategy.process_dataloader (what its Trainer does to
+    the training loader on several TPU devices) on the DataLoader it would hand it on rank 1, then the demo's
+    reading of the sampler. (Made here, so that it is shipped by value.)"""
+
+    def job():
+        from lightning.pytorch.strategies import XLAStrategy
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        from helpers import data, lightning_demo
+
+        strategy = XLAStrategy()
+        strategy._launched = True  # as in each process Lightning's launcher (xmp.spawn) starts, one per device
+        dataset = data.indexed(10)
+        loader = DataLoader(dataset, batch_size=2, sampler=DistributedSampler(dataset, num_replicas=2, rank=1,
+                                                                              shuffle=False))
+        wrapped = strategy.process_dataloader(loader)
+        (first,) = next(iter(wrapped))
+        return {"loader": type(wrapped).__name__, "has_sampler": hasattr(wrapped, "sampler"),
+                "first_batch": first.cpu().flatten().tolist(), "batch_device": str(first.device),
+                "seen": lightning_demo.sampler_report(wrapped, 1)}
+
+    return job
+
+
+@needs_xla
+def test_the_demo_reads_the_sampler_through_lightnings_xla_loader():
+    """With more than one XLA device Lightning wraps the training loader in torch_xla's MpDeviceLoader, which has
+    no `sampler`: the demo read `.sampler` and every rank of Kaggle's TPU v5e-8 raised AttributeError."""
+    r = xla.run(_lightning_xla_loader(), n_devices=2, virtual=True, timeout_s=240)
+    assert r["loader"] == "MpDeviceLoader" and not r["has_sampler"]
+    assert r["batch_device"].startswith("xla") and r["first_batch"] == [1, 3]
+    seen = r["seen"]
+    assert seen["sampler"] == "DistributedSampler" and seen["num_replicas"] == 2 and seen["sampler_rank"] == 1
+    assert seen["indices"] == ddp.shard_indices(10, 2, 1, shuffle=False) == [1, 3, 5, 7, 9]
+
+
+def test_the_demo_reads_the_sampler_of_a_plain_loader_and_refuses_anything_else():
+    from torch.utils.data import DataLoader, SequentialSampler
+
+    from helpers import data
+
+    loader = DataLoader(data.indexed(4), batch_size=2)
+    assert isinstance(lightning_demo.sampler_of(loader), SequentialSampler)
+    assert lightning_demo.sampler_report(loader, 0)["indices"] == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="loader"):
+        lightning_demo.sampler_of([1, 2])
