@@ -82,13 +82,13 @@ release: setup
 
 # The course website: the student notebooks with the outputs of their explanation cells -> build/site/index.html
 site: setup
-	$(BIN)/python -m graders.site --out build/site
+	$(BIN)/python -m website.build --out build/site
 
 grade: setup sandbox
 	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER) --certs $(CERTS)) \
 		$(if $(INSECURE_TCP),--insecure-tcp) $(if $(UNSANDBOXED),--unsandboxed)
 
-# The grading cluster's mutual TLS (graders/site_pages/cluster.md): a CA and the certificate its machines share.
+# The grading cluster's mutual TLS (website/pages/cluster.md): a CA and the certificate its machines share.
 .PHONY: certs
 certs: setup
 	$(BIN)/python -m graders.cluster certs $(CERTS)

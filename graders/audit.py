@@ -49,6 +49,7 @@ SYS_ATTRIBUTES = {"modules", "meta_path", "path_hooks", "path_importer_cache", "
                   "__stderr__", "path"}
 PUBLIC_DUNDERS = {"__init__", "__name__", "__qualname__", "__doc__", "__len__", "__iter__", "__next__",
                   "__getitem__", "__enter__", "__exit__", "__call__", "__repr__", "__str__"}
+PUBLIC_UNDERSCORED = {"os._exit"}  # documented functions whose names start with an underscore
 FRAME_ATTRIBUTES = {"f_back", "f_locals", "f_globals", "f_code", "tb_frame", "tb_next", "gi_frame", "cr_frame",
                     "ag_frame", "co_consts", "co_code"}
 # The magics students use that change nothing of how cells run: name -> which arguments are fine.
@@ -271,7 +272,8 @@ def _attribute(node, aliases: dict, forbidden: set):
     if full is None:
         return
     parts = full.split(".")
-    if any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts[1:]):
+    if full not in PUBLIC_UNDERSCORED and any(p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
+                                              for p in parts[1:]):
         yield "reaches a private part of a library"
     if parts[0] == "sys" and len(parts) > 1 and parts[1] in SYS_ATTRIBUTES - {"path", "stdout", "stderr"}:
         yield "reaches the interpreter's machinery (sys.modules, frames, hooks)"
@@ -290,17 +292,16 @@ def _name(node, aliases: dict, forbidden: set):
         yield from _reference_rule(full)
 
 
-def student_cells(solution, graded) -> list[tuple[str, str, set]]:
+def student_cells(solution, graded, kernel_form) -> list[tuple[str, str, set]]:
     """The code cells of `graded` that the student wrote (solution cells, and cells that are none of the
     instructor's), each with where it is in the grader's words and the functions it may not call: its own
     exercise's rule for a solution cell; for a cell the student added, the rules of every exercise whose test
-    comes after it (a helper defined there can serve any of them)."""
-    from graders import judge
-
+    comes after it (a helper defined there can serve any of them). `kernel_form(source)` is an instructor's
+    cell as the grading kernel runs it (graders/judge.py's for_kernel)."""
     instructor = set()
     for cell in solution.cells:
         if cell.cell_type == "code":
-            instructor.update((cell.source.strip(), judge.for_kernel(cell.source).strip()))
+            instructor.update((cell.source.strip(), kernel_form(cell.source).strip()))
     exercises = [c.metadata["nbgrader"]["grade_id"] for c in solution.cells
                  if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
     # Locked and test cells: nbgrader runs the instructor's source of these, whatever the submission holds.

@@ -4,14 +4,14 @@
     python -m graders.pipeline grade --scheduler local:4             (a LocalCluster of 4 worker processes)
     python -m graders.cluster certs [DIR]                            (make certs: the cluster's CA and certificate)
 
-Each task is one submission, sent as data (graders.pipeline.Task); the worker runs it in its own sandbox
+Each task is one submission, sent as data (graders.submission.Task); the worker runs it in its own sandbox
 (a block of sandbox uids and cgroups per worker process, like `make grade` on one machine) and sends back
-the graded notebook and the judge's verdict (graders.pipeline.Outcome). Only the coordinator writes the
+the graded notebook and the judge's verdict (graders.submission.Outcome). Only the coordinator writes the
 gradebook, autograded/, feedback/ and grades.csv. When a worker dies mid-submission the scheduler runs the
 task again on another worker (Dask's `allowed-failures`), and the coordinator records each submission once.
 
 A worker is `dask worker` started from a checkout of the course with its environment (`make setup`), as
-root for the sandbox; graders.pipeline.course_digest() refuses to grade on a worker whose helpers or grader
+root for the sandbox; graders.course.course_digest() refuses to grade on a worker whose helpers or grader
 differ from the coordinator's. The scheduler runs whatever it is sent, as root on the workers, and a task
 carries the lesson's hidden tests: the cluster speaks mutual TLS, every connection authenticated by a
 certificate of the course's own CA (make_certificates), so only the instructor's machines can send work,
@@ -30,14 +30,17 @@ import threading
 import uuid
 from pathlib import Path
 
-from graders import pipeline
+from graders import sandbox, worker
+from graders.course import REPO
+from graders.slots import Slots
+from graders.submission import Outcome, Task
 
 WAIT_FOR_WORKERS = 600  # seconds for the first worker to join (a batch system may take a while to start them)
-CERTS = pipeline.REPO / "certs"  # make certs (kept out of git); each grading machine holds a copy, less ca.key
+CERTS = REPO / "certs"  # make certs (kept out of git); each grading machine holds a copy, less ca.key
 CERT_FILES = {"ca": "ca.pem", "ca_key": "ca.key", "cert": "cluster.pem", "key": "cluster.key"}
 CERT_DAYS = 3650
 INSECURE_OPT_IN = "--insecure-tcp (make grade INSECURE_TCP=1)"
-_SLOTS: dict[bool, pipeline.Slots] = {}
+_SLOTS: dict[bool, Slots] = {}
 _SLOTS_LOCK = threading.Lock()
 
 # openssl's settings for the CA and for the one certificate the scheduler, the workers and the coordinator share
@@ -153,14 +156,14 @@ def check_scheduler(scheduler: str, insecure_tcp: bool = False, certs=None) -> N
                    if name != "ca_key" and not path.is_file()]
         if missing:
             raise ValueError(f"scheduler {scheduler}: the cluster's certificates are missing ({', '.join(missing)}): "
-                             "run `make certs` on the coordinator (graders/site_pages/cluster.md)")
+                             "run `make certs` on the coordinator (website/pages/cluster.md)")
     elif scheme != "tcp":
         raise ValueError(f"scheduler {scheduler!r}: grading takes a tls:// address, or local:N")
     elif not insecure_tcp:
         raise ValueError(f"scheduler {scheduler}: refused, plain TCP authenticates nobody: whoever reaches the "
                          "scheduler runs code as root on every worker, and any machine can join as a worker, receive "
                          "the hidden tests and return grades. Use tls:// with the certificates of `make certs` "
-                         f"(graders/site_pages/cluster.md), or opt in to plain TCP on a private network: {INSECURE_OPT_IN}")
+                         f"(website/pages/cluster.md), or opt in to plain TCP on a private network: {INSECURE_OPT_IN}")
 
 
 def connect(scheduler: str, insecure_tcp: bool = False, certs=None):
@@ -204,7 +207,7 @@ def require_authenticated(client, insecure_tcp: bool = False) -> None:
                          f"a worker nobody authenticated; connect over tls:// (connect), or opt in: {INSECURE_OPT_IN}")
 
 
-def run(scheduler, tasks: list[pipeline.Task], template: bytes, log=None, insecure_tcp: bool = False, certs=None):
+def run(scheduler, tasks: list[Task], template: bytes, log=None, insecure_tcp: bool = False, certs=None):
     """Grade `tasks` on the cluster (an address, local:N, or a Client); yield (task, outcome) as they finish.
     A plain-TCP cluster only with `insecure_tcp`; `certs`: the folder of make_certificates (default: CERTS)."""
     from distributed import Client, as_completed
@@ -229,7 +232,7 @@ def run(scheduler, tasks: list[pipeline.Task], template: bytes, log=None, insecu
                 outcome = future.result()
             except Exception as error:  # noqa: BLE001 - e.g. KilledWorker: the task killed every worker it met
                 why = " ".join(f"{type(error).__name__}: {error}".split())
-                outcome = pipeline.Outcome(f"not graded: the cluster failed on it ({why})"[:300])
+                outcome = Outcome(f"not graded: the cluster failed on it ({why})"[:300])
             future.release()
             yield task, outcome
     finally:
@@ -240,19 +243,19 @@ def run(scheduler, tasks: list[pipeline.Task], template: bytes, log=None, insecu
                 cluster.close()
 
 
-def on_worker(task: pipeline.Task, template: bytes) -> pipeline.Outcome:
+def on_worker(task: Task, template: bytes) -> Outcome:
     """The task a Dask worker runs: one submission, in one of this worker process's sandbox slots."""
-    can_sandbox = task.sandboxed and pipeline.sandbox.available() is None
-    return pipeline.execute(task, template, worker_slots(can_sandbox))  # refuses a task it cannot sandbox
+    can_sandbox = task.sandboxed and sandbox.available() is None
+    return worker.execute(task, template, worker_slots(can_sandbox))  # refuses a task it cannot sandbox
 
 
-def worker_slots(sandboxed: bool) -> pipeline.Slots:
+def worker_slots(sandboxed: bool) -> Slots:
     """This worker process's slots: as many as it has threads, made on its first task, removed at its exit."""
     from distributed import get_worker
 
     with _SLOTS_LOCK:
         if sandboxed not in _SLOTS:
-            _SLOTS[sandboxed] = slots = pipeline.Slots(get_worker().state.nthreads, sandboxed)
+            _SLOTS[sandboxed] = slots = Slots(get_worker().state.nthreads, sandboxed)
             atexit.register(slots.close)
         return _SLOTS[sandboxed]
 
@@ -265,7 +268,7 @@ def main(argv=None) -> int:
     for name, path in make_certificates(args.folder).items():
         print(f"{name:<7} {path}")
     print(f"copy {CERT_FILES['ca']}, {CERT_FILES['cert']} and {CERT_FILES['key']} into certs/ of each grading "
-          f"machine (never {CERT_FILES['ca_key']}): graders/site_pages/cluster.md")
+          f"machine (never {CERT_FILES['ca_key']}): website/pages/cluster.md")
     return 0
 
 

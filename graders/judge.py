@@ -137,7 +137,7 @@ def judge(solution, graded) -> dict:
             verdict["passed"] = True
     for v in verdicts.values():
         flags += v["flags"]
-    flags += audit.audit(audit.student_cells(solution, graded))
+    flags += audit.audit(audit.student_cells(solution, graded, for_kernel))
     return {"cells": verdicts, "flags": sorted(set(flags))}
 
 

@@ -5,7 +5,15 @@ nbgrader's generate_assignment runs LetRunAllGoOn last (graders/nbgrader_config.
 — `make release`, the formgrader's Generate button, `nbgrader generate_assignment` — writes the same notebooks/.
 """
 
+import os
+import tempfile
+from pathlib import Path
+
 from nbgrader.preprocessors import NbGraderPreprocessor
+
+from graders import forkserver
+from graders.course import REPO, lessons
+from graders.runs import check, nbgrader
 
 RUN_ALL_GOES_ON = "raises-exception"
 
@@ -27,3 +35,18 @@ class LetRunAllGoOn(NbGraderPreprocessor):
             if RUN_ALL_GOES_ON not in tags:
                 tags.append(RUN_ALL_GOES_ON)
         return cell, resources
+
+
+def release(root: Path = REPO) -> list[Path]:
+    """Regenerate notebooks/ from solutions/ (byte-reproducible)."""
+    written = []
+    with tempfile.TemporaryDirectory(prefix="release-") as scratch:
+        server = forkserver.Server("nbgrader", os.path.join(scratch, "nbgrader.log"))  # nbgrader imported once
+        try:
+            for lesson in lessons(root):
+                check(nbgrader(root, "generate_assignment", lesson, "--force", "--no-db", server=server),
+                       f"release of {lesson}")
+                written.append(root / "notebooks" / lesson / f"{lesson}.ipynb")
+        finally:
+            server.close()
+    return written

@@ -21,7 +21,7 @@ from nbclient import NotebookClient
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from graders import pipeline, sandbox  # noqa: E402
+from graders import course, pipeline, sandbox  # noqa: E402
 from helpers import hardware  # noqa: E402
 
 
@@ -56,7 +56,7 @@ def main() -> None:
                         help="also grade on a Dask LocalCluster of N worker processes, for each N given")
     parser.add_argument("--no-execute", action="store_true", help="skip timing the notebooks themselves")
     args = parser.parse_args()
-    all_lessons = pipeline.lessons(REPO)
+    all_lessons = course.lessons(REPO)
     lessons = all_lessons if args.lessons == "all" else args.lessons.split(",")
     print(hardware.detect().summary(), "\n")
     if not args.no_execute:

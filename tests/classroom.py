@@ -65,7 +65,7 @@ class Listener:
 @dataclass
 class Graded:
     root: Path
-    results: dict  # (student, lesson) -> pipeline.Result
+    results: dict  # (student, lesson) -> graders.submission.Result
     rows: dict  # (student, lesson) -> grades.csv row
     ctx: dict  # what the corpus's attacks aimed at
     connections: int  # how many reached the host's listener from the jail

@@ -238,7 +238,7 @@ def _environment_stays_outside(root, ctx):
     graded = (root / "autograded" / "environment" / LESSON / f"{LESSON}.ipynb").read_text()
     assert "PATH" in graded and ctx["env_secret"] not in graded, "the grader's environment reached the student's code"
     # what the grader does set: idle OpenMP threads sleep, on a machine shared with other submissions
-    assert "'OMP_WAIT_POLICY': 'PASSIVE'" in graded, "graded kernels should wait passively (pipeline.SHARED_MACHINE_OMP)"
+    assert "'OMP_WAIT_POLICY': 'PASSIVE'" in graded, "graded kernels should wait passively (worker.SHARED_MACHINE_OMP)"
 
 
 STEAL = '''import glob, sqlite3
@@ -400,6 +400,12 @@ for _words in ("the submission ran past its time limit", "timed out after 3 s", 
 os._exit(3)
 '''
 
+def _status_is_what_the_grader_saw(root, ctx):
+    with open(root / "grades.csv") as f:
+        (row,) = [r for r in csv.DictReader(f) if r["student"] == "forged_status"]
+    assert row["status"].endswith("skipped: the kernel died)"), row["status"]
+
+
 # A cell dressed in the grader's own canary mark: it runs, so it must stay in the graded notebook.
 def _dressed_as_a_canary(nb, ctx):
     cell = nbformat.v4.new_code_cell("print('THE STUDENT RAN THIS')",
@@ -439,8 +445,17 @@ def _script_links(nb, ctx):
 
 
 def _links_are_inert(root, ctx):
-    page = (root / "feedback" / "script_links" / LESSON / f"{LESSON}.html").read_text().lower()
-    assert "javascript:" not in page and "data:text/html" not in page and "jav&#x61;script" not in page
+    from html.parser import HTMLParser
+
+    urls = []
+
+    class Links(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            urls.extend(value or "" for name, value in attrs if name in ("href", "src", "action", "formaction"))
+
+    Links().feed((root / "feedback" / "script_links" / LESSON / f"{LESSON}.html").read_text())
+    bad = [u for u in urls if "".join(u.split()).lower().startswith(("javascript:", "data:text", "vbscript:"))]
+    assert urls and not bad, bad
 
 
 # The grader's records keep no student words: a forged report of the kernel's hooks (formula text).
@@ -490,7 +505,7 @@ CASES = [
     Case("corrupt_notebook", _corrupt, ZERO, status="not graded: the notebook cannot be read"),
     Case("wrong_types", edit("split_sizes", replace="def my_split_sizes(batch_size, n_devices):\n"
                                                     "    import torch\n    return tuple(len(c) for c in torch.arange(batch_size).chunk(n_devices))\n"),
-         {**FULL, "split_sizes_tests": 0}),
+         {**FULL, "split_sizes_tests": 0}, flagged=True),  # chunk, which the exercise forbids
     Case("always_equal", edit("split_sizes", replace="class Anything(list):\n    def __eq__(self, other):\n        return True\n"
                                                      "def my_split_sizes(batch_size, n_devices):\n    return Anything()\n"),
          {**FULL, "split_sizes_tests": 0}),
@@ -523,7 +538,7 @@ CASES = [
     Case("private_chunk", edit("split_sizes", replace=PRIVATE_CHUNK), FULL, flagged=True),
     Case("prints_history", notebook(_prints_history), FULL, check=_history_shows_nothing_hidden),
     Case("forged_status", edit("device_samples", FORGED_STATUS), {**FULL, "device_samples_tests": 0},
-         status="graded (cell"),
+         status="graded (cell", check=_status_is_what_the_grader_saw),
     Case("dressed_as_a_canary", notebook(_dressed_as_a_canary), FULL, check=_the_dressed_cell_stays),
     Case("big_outputs", edit("quiz", BIG_OUTPUTS), FULL, check=_outputs_stay_bounded, flagged=True),
     Case("script_links", notebook(_script_links), FULL, check=_links_are_inert),

@@ -1,11 +1,11 @@
 """The course's documents, read as written by the tests that run their commands: README.md, and the website's
-pages for instructors (graders/site_pages/<name>.md, e.g. cluster.md)."""
+pages for instructors (website/pages/<name>.md, e.g. cluster.md)."""
 
 import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SITE_PAGES = REPO / "graders" / "site_pages"
+SITE_PAGES = REPO / "website" / "pages"
 
 
 def text(name: str) -> str:

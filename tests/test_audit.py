@@ -105,8 +105,8 @@ def test_a_flag_names_the_exercise_in_the_graders_words_and_nothing_the_student_
     graded = nbformat.from_dict(nbformat.reads(nbformat.writes(solution), as_version=4))
     answer = next(c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "split_sizes")
     answer.source = "def my_split_sizes(n, k):\n    return [len(c) for c in torch._C._VariableFunctions.chunk(torch.arange(n), k)]"
-    graded.cells.insert(3, nbformat.v4.new_code_cell("=HYPERLINK_ = getattr(torch, '=HYPERLINK(\"x\")')"))
-    flags = audit.audit(audit.student_cells(solution, graded))
+    graded.cells.insert(3, nbformat.v4.new_code_cell("HYPERLINK_ = getattr(torch, '=HYPERLINK(\"x\")' + '')"))
+    flags = audit.audit(audit.student_cells(solution, graded, judge.for_kernel))
     assert any(f.startswith("the answer to split_sizes: ") for f in flags), flags
     assert any(f.startswith("code cell ") for f in flags), flags
     assert not any("HYPERLINK" in f for f in flags)
@@ -120,7 +120,7 @@ def test_the_solutions_and_the_released_notebooks_are_not_flagged(lesson):
     cells = [(f"the answer to {g}", c.source, audit.FORBIDDEN_IN.get(g, set())) for c in solution.cells
              if (g := c.metadata.get("nbgrader", {}).get("grade_id")) and c.metadata["nbgrader"].get("solution")]
     assert audit.audit(cells) == []
-    assert audit.audit(audit.student_cells(solution, released)) == []
+    assert audit.audit(audit.student_cells(solution, released, judge.for_kernel)) == []
 
 
 def test_the_judge_flags_what_the_audit_finds():

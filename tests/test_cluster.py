@@ -1,5 +1,5 @@
 """Grading on a real Dask cluster: worker processes over TCP, one killed mid-submission; the commands of the
-website's cluster page (graders/site_pages/cluster.md), as written."""
+website's cluster page (website/pages/cluster.md), as written."""
 
 import csv
 import os

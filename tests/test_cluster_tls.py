@@ -1,6 +1,6 @@
 """The Dask grading cluster admits only the instructor's machines: mutual TLS with the certificates of `make certs`,
 checked on a real `dask scheduler` and real `dask worker`s started with the commands of the website's cluster page
-(graders/site_pages/cluster.md), on 127.0.0.1."""
+(website/pages/cluster.md), on 127.0.0.1."""
 
 import os
 import re

@@ -11,7 +11,7 @@ import pytest
 
 from classroom import CELL_TIMEOUT, LESSON_TIMEOUTS
 from corpus import CASES, LESSON, POINTS
-from graders import pipeline, sandbox
+from graders import grades, pipeline, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
@@ -92,7 +92,7 @@ def test_regrading_is_idempotent(graded_class):
 
 
 def test_reports_plot_where_points_were_lost(graded_class):
-    png = pipeline.report(graded_class.root)
+    png = grades.report(graded_class.root)
     assert png.stat().st_size > 5000
 
 

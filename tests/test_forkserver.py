@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from graders import forkserver, pipeline
+from graders import forkserver, runs, submission, worker
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,10 +30,10 @@ def test_a_served_nbgrader_run_gives_what_its_own_process_gives(tmp_path):
     args = ["list", "--help", f"--JupyterApp.config_file={config}"]
     server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
     try:
-        served = [pipeline.run_served(server, args, tmp_path, env, timeout=60) for _ in range(2)]
+        served = [runs.run_served(server, args, tmp_path, env, timeout=60) for _ in range(2)]
     finally:
         server.close()
-    alone = pipeline.run_watched([str(Path(sys.executable).with_name("nbgrader")), *args], tmp_path, env, timeout=60)
+    alone = runs.run_watched([str(Path(sys.executable).with_name("nbgrader")), *args], tmp_path, env, timeout=60)
     assert alone.returncode == 0 and "List assignments" in alone.stdout
     for run in served:
         assert (run.returncode, run.stdout, run.stderr) == (alone.returncode, alone.stdout, alone.stderr)
@@ -43,10 +43,10 @@ def test_a_served_job_that_fails_reports_its_status_and_stderr(tmp_path):
     args = ["autograde", "no-such-lesson", f"--CourseDirectory.root={tmp_path}"]
     server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
     try:
-        run = pipeline.run_served(server, args, tmp_path, dict(os.environ), timeout=60)
+        run = runs.run_served(server, args, tmp_path, dict(os.environ), timeout=60)
     finally:
         server.close()
-    alone = pipeline.run_watched([str(Path(sys.executable).with_name("nbgrader")), *args], tmp_path, dict(os.environ),
+    alone = runs.run_watched([str(Path(sys.executable).with_name("nbgrader")), *args], tmp_path, dict(os.environ),
                                  timeout=60)
     assert run.returncode == alone.returncode != 0
     assert run.stderr == alone.stderr
@@ -58,14 +58,14 @@ def test_the_watchdog_stops_a_served_job_that_stalls_or_runs_too_long(tmp_path):
     server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
     try:
         start = time.monotonic()
-        stalled = pipeline.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ),
+        stalled = runs.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ),
                                       timeout=60, progress=str(progress), stalled_after=1.5)
         assert time.monotonic() - start < 20
-        assert pipeline._reason(stalled) == pipeline.KERNEL_HUNG
+        assert worker.reason(stalled) == submission.KERNEL_HUNG
         assert not psutil.pid_exists(int((tmp_path / "pid").read_text())), "the stalled job was killed"
-        late = pipeline.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ), timeout=1)
-        assert pipeline._reason(late) == pipeline.TIMED_OUT
-        again = pipeline.run_served(server, ["list", "--help"], tmp_path, dict(os.environ), timeout=60)
+        late = runs.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ), timeout=1)
+        assert worker.reason(late) == submission.TIMED_OUT
+        again = runs.run_served(server, ["list", "--help"], tmp_path, dict(os.environ), timeout=60)
         assert again.returncode == 0, "the server serves on after a job was killed"
     finally:
         server.close()
@@ -97,7 +97,7 @@ def test_a_dead_client_takes_its_server_and_the_running_job_along(tmp_path):
 def test_when_the_server_cannot_run_a_job_nbgrader_runs_in_a_process_of_its_own(tmp_path, monkeypatch):
     server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
     monkeypatch.setattr(server, "run", lambda *a, **k: forkserver.Ended(None, "the nbgrader server exited", server_failed=True))
-    run = pipeline.nbgrader(tmp_path, "list", "--help", timeout=60, server=server)
+    run = runs.nbgrader(tmp_path, "list", "--help", timeout=60, server=server)
     assert run.returncode == 0 and "List assignments" in run.stdout
 
 
@@ -114,9 +114,9 @@ def test_a_job_runs_under_the_memory_limit_its_request_sets(tmp_path):
     args = ["list", f"--JupyterApp.config_file={config}"]
     server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
     try:
-        limited = pipeline.run_served(server, args, tmp_path, dict(os.environ), timeout=120, memory_bytes=2 * 2**30)
+        limited = runs.run_served(server, args, tmp_path, dict(os.environ), timeout=120, memory_bytes=2 * 2**30)
         assert limited.returncode != 0 and "MemoryError" in limited.stdout + limited.stderr
-        free = pipeline.run_served(server, args, tmp_path, dict(os.environ), timeout=120)
+        free = runs.run_served(server, args, tmp_path, dict(os.environ), timeout=120)
         assert "allocated" in free.stdout, "without a limit the same job runs"
     finally:
         server.close()

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from corpus import CLASS, LESSON, LESSON_POINTS as POINTS, _cell
-from graders import pipeline, sandbox
+from graders import course, grades, intake, pipeline, record, runs, sandbox, slots, submission, worker
 
 REPO = Path(__file__).resolve().parent.parent
 # Lesson-1 cases of the corpus (tests/corpus.py) that this file checks too, when the sandbox lets the corpus run.
@@ -137,7 +137,7 @@ def test_retries_share_one_time_limit(tmp_path, monkeypatch):
     import time
 
     notebook = (REPO / "solutions" / LESSON / f"{LESSON}.ipynb").read_bytes()
-    task = pipeline.Task("crasher", LESSON, {f"{LESSON}.ipynb": notebook}, pipeline.course_digest(), sandboxed=False,
+    task = submission.Task("crasher", LESSON, {f"{LESSON}.ipynb": notebook}, course.course_digest(), sandboxed=False,
                          cell_timeout=10, submission_timeout=1, solution=notebook)
     timeouts = []
 
@@ -145,12 +145,13 @@ def test_retries_share_one_time_limit(tmp_path, monkeypatch):
         timeouts.append(timeout)
         time.sleep(0.4)
         Path(env["GRADER_PROGRESS_FILE"]).write_text(str(len(timeouts)))  # a new cell dies every time
-        return subprocess.CompletedProcess(args, 1, "", "DeadKernelError: Kernel died")
+        Path(env["GRADER_OUTCOME_FILE"]).write_text("DeadKernelError")  # as graders/execute.py records it
+        return subprocess.CompletedProcess(args, 1, "", "")
 
-    monkeypatch.setattr(pipeline, "nbgrader", crashing_nbgrader)
+    monkeypatch.setattr(worker, "nbgrader", crashing_nbgrader)
     start = time.monotonic()
-    with pipeline.Slots(1, sandboxed=False) as slots:
-        result = pipeline.execute(task, b"", slots)
+    with slots.Slots(1, sandboxed=False) as job_slots:
+        result = worker.execute(task, b"", job_slots)
     assert time.monotonic() - start < 2, "the retries ran past the submission's time limit"
     assert result.status.startswith("not graded") and len(timeouts) <= 3
     assert all(later < earlier for earlier, later in zip(timeouts, timeouts[1:]))
@@ -166,28 +167,28 @@ def test_a_kernel_that_dies_unnoticed_costs_its_cell_not_the_submission(tmp_path
     progress = tmp_path / "progress"
     progress.write_text("3")
     start = time.monotonic()
-    stuck = pipeline.run_watched([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, None, timeout=50,
+    stuck = runs.run_watched([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, None, timeout=50,
                                  progress=str(progress), stalled_after=1.5)
     assert time.monotonic() - start < 20
-    assert pipeline._reason(stuck) == pipeline.KERNEL_HUNG
+    assert worker.reason(stuck) == submission.KERNEL_HUNG
     progress.touch()  # as the pipeline does before each run
-    working = pipeline.run_watched([sys.executable, "-c", f"import pathlib, time\nfor i in range(8):\n"
+    working = runs.run_watched([sys.executable, "-c", f"import pathlib, time\nfor i in range(8):\n"
                                     f"    pathlib.Path({str(progress)!r}).write_text(str(i)); time.sleep(0.5)\nprint('done')"],
                                    tmp_path, None, timeout=50, progress=str(progress), stalled_after=1.5)
     assert working.returncode == 0 and working.stdout.strip() == "done", "cells that keep finishing are never stopped"
-    late = pipeline.run_watched([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, None, timeout=1)
-    assert pipeline._reason(late) == pipeline.TIMED_OUT
+    late = runs.run_watched([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path, None, timeout=1)
+    assert worker.reason(late) == submission.TIMED_OUT
 
 
 def test_concurrent_grading_runs_get_different_sandbox_uids():
-    first, lock1 = pipeline._uid_block()
-    second, lock2 = pipeline._uid_block()
+    first, lock1 = slots.uid_block()
+    second, lock2 = slots.uid_block()
     try:
         assert first != second, "two runs at once would share uids (and one's fork bomb the other's process limit)"
     finally:
         lock1.close()
         lock2.close()
-    again, lock3 = pipeline._uid_block()
+    again, lock3 = slots.uid_block()
     lock3.close()
     assert again == first, "a finished run gives its uids back"
 
@@ -222,16 +223,16 @@ def test_a_status_comes_from_what_the_grader_saw_never_from_what_a_kernel_wrote(
 
     forged = subprocess.CompletedProcess([], 1, "timed out after 3 s\nDeadKernelError: Kernel died\n",
                                          "the submission ran past its time limit\nthe grading run stalled\nValueError: =1+1\n")
-    assert pipeline._reason(forged) == "nbgrader exited with 1"
+    assert worker.reason(forged) == "nbgrader exited with 1"
     failure = tmp_path / "failure.txt"
-    for written, status in (("DeadKernelError", pipeline.KERNEL_DIED), ("CellTimeoutError", pipeline.KERNEL_HUNG),
+    for written, status in (("DeadKernelError", submission.KERNEL_DIED), ("CellTimeoutError", submission.KERNEL_HUNG),
                             ("RuntimeError", "nbgrader stopped on RuntimeError"), ("=cmd|x", "nbgrader exited with 1")):
         failure.write_text(written)
-        assert pipeline._reason(forged, str(failure)) == status
+        assert worker.reason(forged, str(failure)) == status
 
 
 def test_no_field_of_grades_csv_starts_a_spreadsheet_formula():
-    assert [pipeline._inert(v) for v in ("=HYPERLINK(1)", "+1", "-1", "@SUM(1)", "graded", 3.0)] == \
+    assert [grades._inert(v) for v in ("=HYPERLINK(1)", "+1", "-1", "@SUM(1)", "graded", 3.0)] == \
         ["'=HYPERLINK(1)", "'+1", "'-1", "'@SUM(1)", "graded", 3.0]
 
 
@@ -247,9 +248,9 @@ def test_intake_refuses_a_notebook_past_its_limits(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"note {i}") for i in range(1200)])
     (folder / f"{lesson}.ipynb").write_text(json.dumps(nb))
-    assert pipeline._prepare(tmp_path, "s", lesson).startswith("not graded: the notebook has more than")
-    monkeypatch.setattr(pipeline, "MAX_NOTEBOOK_FILE_BYTES", 1000)
-    assert pipeline._prepare(tmp_path, "s", lesson).startswith("not graded: the notebook is larger than")
+    assert intake.prepare(tmp_path, "s", lesson).startswith("not graded: the notebook has more than")
+    monkeypatch.setattr(intake, "MAX_NOTEBOOK_FILE_BYTES", 1000)
+    assert intake.prepare(tmp_path, "s", lesson).startswith("not graded: the notebook is larger than")
 
 
 def test_grading_leaves_the_student_notebooks_as_make_release_wrote_them(tmp_path):
@@ -259,7 +260,7 @@ def test_grading_leaves_the_student_notebooks_as_make_release_wrote_them(tmp_pat
     shutil.copytree(REPO / "solutions" / lesson, tmp_path / "solutions" / lesson)
     shutil.copytree(REPO / "notebooks" / lesson, tmp_path / "notebooks" / lesson)
     before = (tmp_path / "notebooks" / lesson / f"{lesson}.ipynb").read_bytes()
-    recorder = pipeline.Recorder(tmp_path)
+    recorder = record.Recorder(tmp_path)
     try:
         recorder.generate_assignment(lesson)
     finally:
@@ -282,7 +283,7 @@ def test_the_formgraders_autograde_is_refused_with_the_right_command(tmp_path):
     folder = tmp_path / "submitted" / "s1" / lesson
     folder.mkdir(parents=True)
     shutil.copy(REPO / "solutions" / lesson / f"{lesson}.ipynb", folder)
-    config = PyFileConfigLoader(pipeline.CONFIG.name + ".py", path=str(pipeline.CONFIG.parent)).load_config()
+    config = PyFileConfigLoader(course.CONFIG.name + ".py", path=str(course.CONFIG.parent)).load_config()
     config.CourseDirectory.root = str(tmp_path)
     api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
     assert api.get_assignment(lesson)["name"] == lesson, "the formgrader finds the lesson in the gradebook"

@@ -10,10 +10,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from graders import pipeline
+from graders import course, release
 
 REPO = Path(__file__).resolve().parent.parent
-LESSONS = pipeline.lessons(REPO)
+LESSONS = course.lessons(REPO)
 SOLUTION_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 
 
@@ -63,9 +63,9 @@ def test_at_least_six_graded_exercises_each_with_hidden_tests(lesson):
 
 def test_release_is_in_sync_and_reproducible(tmp_path):
     shutil.copytree(REPO / "solutions", tmp_path / "solutions")
-    pipeline.release(tmp_path)
+    release.release(tmp_path)
     first = {p.name: p.read_bytes() for p in (tmp_path / "notebooks").glob("*/*.ipynb")}
-    pipeline.release(tmp_path)
+    release.release(tmp_path)
     for lesson in LESSONS:
         fresh = (tmp_path / "notebooks" / lesson / f"{lesson}.ipynb").read_bytes()
         assert fresh == first[f"{lesson}.ipynb"], "make release is not byte-reproducible"

@@ -1,7 +1,7 @@
-"""The course website (`make site`, graders/site.py), built from the class's untouched submissions (the student
+"""The course website (`make site`, website/build.py), built from the class's untouched submissions (the student
 notebooks, already executed by the grader) and opened in headless Chromium: every page loads, every figure
 shows, no link is broken, and no page shows a solution or a hidden test. The instructors' pages
-(graders/site_pages/) are in the navigation and linked, and outputs carry no machine paths (both also checked
+(website/pages/) are in the navigation and linked, and outputs carry no machine paths (both also checked
 without the class, on a build of the pages alone)."""
 
 import base64
@@ -16,7 +16,8 @@ from urllib.parse import urldefrag, urljoin, urlparse
 import nbformat
 import pytest
 
-from graders import pipeline, site
+from graders import release
+from website import build as site
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -179,7 +180,7 @@ def test_outputs_lose_the_paths_of_the_machine_that_ran_them():
 def test_a_lesson_page_shows_its_outputs_without_machine_paths_and_its_figures_unchanged():
     released = nbformat.read(REPO / "notebooks" / "02-ddp" / "02-ddp.ipynb", as_version=4)
     executed = nbformat.from_dict(released)
-    cell = next(c for c in executed.cells if c.cell_type == "code" and not pipeline.is_exercise_cell(c))
+    cell = next(c for c in executed.cells if c.cell_type == "code" and not release.is_exercise_cell(c))
     figure = base64.b64encode(base64.b64decode("iVBORw0KGgoA/tmp/AAA")).decode()  # a PNG's base64 may hold "/tmp/"
     assert "/tmp/" in figure
     cell.outputs = [
@@ -240,4 +241,4 @@ def test_the_readme_links_every_instructors_page_on_the_site_and_in_the_reposito
     readme = (REPO / "README.md").read_text()
     site_address = "https://multi-device-course.github.io/pytorch-multi-device-course"
     for name in site.PAGES:
-        assert f"({site_address}/{name}.html)" in readme and f"(graders/site_pages/{name}.md)" in readme, name
+        assert f"({site_address}/{name}.html)" in readme and f"(website/pages/{name}.md)" in readme, name

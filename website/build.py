@@ -1,6 +1,6 @@
 """`make site`: the released lessons as a static website (build/site/index.html).
 
-    python -m graders.site [--out build/site] [--executed FOLDER]
+    python -m website.build [--out build/site] [--executed FOLDER]
 
 Sphinx with MyST-NB: MyST-NB renders a notebook's stored outputs, figures included, as HTML pages that
 Sphinx ties into one site with navigation, search and a landing page, and the same build can take
@@ -12,8 +12,8 @@ executed (make test reuses the graded class's untouched submissions, so the site
 Exercise and check cells are shown without outputs: unsolved, they only show their own errors. Outputs carry
 no machine paths (machine_paths_removed): tracebacks show repository-relative paths, `site-packages/`, `/tmp/…`
 and `~` instead of the build machine's folders. The landing page lists the lessons (from the README),
-prerequisites, study-time estimates and the hardware table (graders/site_pages/hardware.md). The instructors'
-pages are the Markdown files of graders/site_pages/ (PAGES), under an "Instructors" caption.
+prerequisites, study-time estimates and the hardware table (website/pages/hardware.md). The instructors'
+pages are the Markdown files of website/pages/ (PAGES), under an "Instructors" caption.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import nbformat
 
-from graders import pipeline
+from graders.release import is_exercise_cell
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES_DIR = REPO / "graders" / "site_pages"
-# The instructors' pages, in the order of the site's navigation: graders/site_pages/<name>.md.
+PAGES_DIR = REPO / "website" / "pages"
+# The instructors' pages, in the order of the site's navigation: website/pages/<name>.md.
 PAGES = ("instructors", "grading-security", "cluster", "hardware", "development")
 TITLE = "Training on many devices with PyTorch"
 REPOSITORY = "https://github.com/multi-device-course/pytorch-multi-device-course"
@@ -98,7 +98,7 @@ def page(lesson: str, executed: nbformat.NotebookNode | None, root: Path | str =
         if cell.cell_type != "code":
             continue
         ran = outputs.get(cell.get("id"))
-        if ran is None or pipeline.is_exercise_cell(cell) or ran.source != cell.source:
+        if ran is None or is_exercise_cell(cell) or ran.source != cell.source:
             cell.outputs, cell.execution_count = [], None
         else:
             cell.outputs = [_output_without_machine_paths(output, root) for output in ran.outputs]
@@ -120,12 +120,12 @@ def page_title(name: str) -> str:
     """An instructors' page's title: its first line, a `# ` heading."""
     first = (PAGES_DIR / f"{name}.md").read_text().splitlines()[0]
     if not first.startswith("# "):
-        raise ValueError(f"graders/site_pages/{name}.md must start with a `# ` title, not {first!r}")
+        raise ValueError(f"website/pages/{name}.md must start with a `# ` title, not {first!r}")
     return first[2:].strip()
 
 
 def hardware_table() -> str:
-    """The full "What runs where" table (graders/site_pages/hardware.md, before its first `## ` section)."""
+    """The full "What runs where" table (website/pages/hardware.md, before its first `## ` section)."""
     hardware = (PAGES_DIR / "hardware.md").read_text().split("\n## ")[0]
     return "\n".join(line for line in hardware.splitlines() if line.startswith("|"))
 

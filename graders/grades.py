@@ -1,0 +1,84 @@
+"""What the gradebook says, for people: points per exercise (`scores`, `max_scores`), grades.csv (one row per
+submission, every field in the grader's own words or numbers, none a spreadsheet would run as a formula) and
+reports/points-lost.png.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from graders.course import REPO, lessons
+from graders.submission import Result
+
+def scores(root: Path, student: str, lesson: str) -> dict[str, float] | None:
+    """Points per graded cell of one submission, from the gradebook (None if it was not graded)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        try:
+            notebook = gb.find_submission_notebook(lesson, lesson, student)
+        except MissingEntry:
+            return None
+        return {g.name: float(g.score) for g in notebook.grades}
+
+
+def max_scores(root: Path, lesson: str) -> dict[str, float]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        notebook = gb.find_notebook(lesson, lesson)
+        return {cell.name: float(cell.max_score) for cell in notebook.grade_cells}
+
+
+def write_grades_csv(root: Path, results: list[Result]) -> Path:
+    path = root / "grades.csv"
+    lesson_cells = {lesson: max_scores(root, lesson) for lesson in lessons(root)}
+    cells = [f"{lesson}:{cell}" for lesson, by_cell in lesson_cells.items() for cell in by_cell]
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["student", "lesson", "status", "flags", "score", "max_score", "seconds", *cells])
+        for r in results:
+            maximum = lesson_cells.get(r.lesson, {})
+            got = scores(root, r.student, r.lesson) if r.status.startswith("graded") else None
+            per_cell = {f"{r.lesson}:{k}": v for k, v in (got or dict.fromkeys(maximum, 0.0)).items()}
+            out.writerow([_inert(v) for v in (r.student, r.lesson, r.status, "; ".join(r.flags), sum(per_cell.values()),
+                                              sum(maximum.values()), round(r.seconds, 1), *[per_cell.get(c, "") for c in cells])])
+    return path
+
+
+def _inert(value):
+    """A CSV field a spreadsheet shows as text: one starting like a formula (=, +, -, @) gets a quote first."""
+    if isinstance(value, str) and value.startswith(("=", "+", "-", "@", "\t", "\r")):
+        return "'" + value
+    return value
+
+
+def report(root: Path = REPO) -> Path:
+    """reports/points-lost.png: per exercise, how many students lost points there."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(root / "grades.csv") as f:
+        rows = list(csv.DictReader(f))
+    by_lesson: dict[str, dict[str, int]] = {}
+    for lesson in lessons(root):
+        maximum = max_scores(root, lesson)
+        lesson_rows = [r for r in rows if r["lesson"] == lesson]
+        by_lesson[lesson] = {cell.removesuffix("_tests"): sum(float(r[f"{lesson}:{cell}"] or 0) < top for r in lesson_rows)
+                             for cell, top in maximum.items()} if lesson_rows else {}
+    shown = {k: v for k, v in by_lesson.items() if v}
+    fig, axes = plt.subplots(len(shown) or 1, 1, figsize=(8, 2.2 * max(1, len(shown))), squeeze=False)
+    for ax, (lesson, lost) in zip(axes[:, 0], shown.items()):
+        ax.barh(list(lost), list(lost.values()), color="C3")
+        ax.set_title(f"{lesson}: students who lost points, per exercise", fontsize=9)
+        ax.invert_yaxis()
+        ax.tick_params(labelsize=8)
+    fig.tight_layout()
+    out = root / "reports" / "points-lost.png"
+    out.parent.mkdir(exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,183 @@
+"""A worker's part: run one submission with nbgrader in a private course folder (its code in the sandbox), skip a
+cell that killed or hung the kernel and run again, judge the graded notebook in a process that never ran student
+code (graders/judge.py), and send back an Outcome. `run_here` is this machine's pool of workers; graders/cluster.py
+runs the same `execute` on the workers of a Dask cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from graders import forkserver, limits, sandbox
+from graders.course import REPO, course_digest
+from graders.runs import STALLED, nbgrader
+from graders.slots import Slots
+from graders.submission import KERNEL_DIED, KERNEL_HUNG, TIMED_OUT, Outcome, Task
+
+MAX_CRASHES = 5
+
+
+STALL_GRACE = 30  # seconds past the cell timeout after which a cell that has not ended is a dead or hung kernel
+
+
+GRADER_MEMORY_BYTES = int(os.environ.get("GRADER_OWN_MEMORY_BYTES", str(16 * 2**30)))  # the judge's, a feedback page's
+
+
+def run_here(tasks: list[Task], template: bytes, jobs: int, sandboxed: bool, log=None):
+    """This machine's pool: `jobs` submissions at a time, results as they finish."""
+    from concurrent.futures import as_completed
+
+    with Slots(jobs, sandboxed) as slots, ThreadPoolExecutor(max(1, jobs)) as pool:
+        if log and sandboxed:
+            log(slots.describe())
+        futures = {pool.submit(execute, task, template, slots): task for task in tasks}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def execute(task: Task, template: bytes, slots: Slots) -> Outcome:
+    """A worker's part: run one submission with nbgrader (its code in the sandbox) in a private course folder
+    with a private copy of the gradebook, judge it, and send the graded notebook and the verdict back."""
+    start = time.monotonic()
+    worker = f"{os.uname().nodename}:{os.getpid()}"
+    if task.digest != course_digest():
+        return Outcome(f"not graded: worker {worker} has other course files than the coordinator "
+                       "(update its checkout of the course)", worker=worker)
+    if task.sandboxed and not slots.sandboxed:
+        why = sandbox.available() or "its grading slots are unsandboxed"
+        return Outcome(f"not graded: worker {worker} cannot sandbox student code: {why}", worker=worker)
+    uid, job_env = slots.take()
+    try:
+        with tempfile.TemporaryDirectory(prefix="course-", dir=slots.scratch) as private:
+            os.chmod(private, 0o700)
+            course = Path(private)
+            (course / "solutions" / task.lesson).mkdir(parents=True)
+            (course / "solutions" / task.lesson / f"{task.lesson}.ipynb").write_bytes(task.solution)
+            (course / "gradebook.db").write_bytes(template)
+            folder = course / "submitted" / task.student / task.lesson
+            for name, content in task.files.items():
+                (folder / name).parent.mkdir(parents=True, exist_ok=True)
+                (folder / name).write_bytes(content)
+            outcome = execute_in(course, task, slots, uid, job_env)
+    except Exception as error:  # noqa: BLE001 - one submission never stops the batch
+        outcome = Outcome(f"not graded: the grader failed on it ({type(error).__name__})")
+    finally:
+        slots.give_back(uid)
+    outcome.seconds, outcome.worker = time.monotonic() - start, worker
+    return outcome
+
+
+# Submissions are graded side by side on one machine (JOBS, Dask workers): GNU OpenMP's idle threads, which spin
+# by default, would burn the CPU the other kernels need (10-17% of it with three lessons on two cores, measured).
+# Passive waiting changes no result; an instructor's own OMP_WAIT_POLICY wins.
+SHARED_MACHINE_OMP = "PASSIVE"
+
+
+def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) -> Outcome:
+    student, lesson = task.student, task.lesson
+    skipped: dict[int, str] = {}  # cell index -> what it did to the kernel
+    start = time.monotonic()
+    with sandbox.ipc_folder() as ipc, tempfile.NamedTemporaryFile() as progress, \
+            tempfile.TemporaryDirectory(prefix="judge-") as private:
+        os.chmod(ipc, 0o700)
+        canaries, verdicts = os.path.join(private, "canaries.json"), os.path.join(private, "verdicts.json")
+        failure = os.path.join(private, "failure.txt")  # what stopped nbgrader, in graders/execute.py's words
+        env = {"GRADER_CELL_TIMEOUT": str(task.cell_timeout), "GRADER_PROGRESS_FILE": progress.name,
+               "GRADER_CANARY_FILE": canaries, "GRADER_OUTCOME_FILE": failure, "GRADER_PIPELINE": "1", "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP),
+               **job_env}
+        if slots.spec_dir:
+            env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=slots.spec_dir,
+                       GRADER_SANDBOX_UID=str(uid), GRADER_READONLY=str(REPO / "helpers"))
+        deadline = start + task.submission_timeout  # one cap for all the retries together
+        while True:
+            env["GRADER_SKIP_CELLS"] = ",".join(map(str, skipped))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return Outcome("not graded: " + TIMED_OUT)
+            Path(progress.name).touch()  # the watchdog counts from now
+            Path(failure).unlink(missing_ok=True)
+            proc = nbgrader(course, "autograde", lesson, f"--student={student}", "--create", "--force",
+                            timeout=left, env=env, stalled_after=task.cell_timeout + STALL_GRACE,
+                            server=slots.nbgraders[uid])
+            graded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
+            if proc.returncode == 0 and graded.is_file():
+                break
+            why = reason(proc, failure)
+            cell = _read_int(progress.name)
+            skippable = why in (KERNEL_DIED, KERNEL_HUNG, limits.PROCESS_LIMIT) and cell is not None
+            if not skippable or cell in skipped or len(skipped) >= MAX_CRASHES:
+                return Outcome("not graded: " + why)
+            skipped[cell] = why
+        solution = course / "solutions" / lesson / f"{lesson}.ipynb"
+        verdict = _judge(slots.judges[uid], solution, graded, verdicts, slots.memo, max(60.0, deadline - time.monotonic()))
+        if "error" in verdict:
+            return Outcome("not graded: the judge failed on it (the grader's log has its traceback)")
+        flags = tuple(dict.fromkeys(verdict["flags"] + (_read_json(canaries) or [])))
+        notebook = read_notebook_text(graded)
+    status = "graded"
+    if skipped:
+        status += " (" + "; ".join(f"cell {cell} skipped: {why}" for cell, why in skipped.items()) + ")"
+    return Outcome(status, notebook=notebook, verdict=verdict, flags=flags)
+
+
+def read_notebook_text(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, encoding="utf-8") as f:
+        return f.read()
+
+
+def _judge(server: forkserver.Server, solution: Path, graded: Path, out: str, memo: str | None, timeout: float) -> dict:
+    """graders/judge.py's verdicts on the graded notebook (written by nbgrader, in a folder the jail never had),
+    judged in a fork of the slot's judge server (Python, torch and the helpers imported once per slot)."""
+    ended = server.run({"solution": str(solution), "graded": str(graded), "out": out, "memo": memo,
+                        "memory_bytes": GRADER_MEMORY_BYTES}, timeout=timeout)
+    problem = ended.problem
+    if problem is None and ended.status != 0:
+        problem = f"it exited with status {ended.status}: " + server.stderr_tail()
+    return _read_json(out) or {"error": problem or "it wrote no verdicts"}
+
+
+def _read_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        return int(Path(path).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+# What stopped nbgrader, as graders/execute.py records it (an exception class of nbclient or its own), and
+# the status it gives the submission. Only the grader's own observations decide a status: a kernel can write
+# anything on its stderr, which nbgrader's output carries.
+FAILURES = {"DeadKernelError": KERNEL_DIED, "CellTimeoutError": KERNEL_HUNG, "ProcessLimitReached": limits.PROCESS_LIMIT}
+
+
+def reason(proc, failure_file: str | None = None) -> str:
+    why = getattr(proc, "why", None)
+    if why:
+        return KERNEL_HUNG if why.startswith(STALLED) else TIMED_OUT
+    failure = _read_text(failure_file)
+    if failure in FAILURES:
+        return FAILURES[failure]
+    if failure and failure.isidentifier():
+        return f"nbgrader stopped on {failure}"
+    return f"nbgrader exited with {proc.returncode}"
+
+
+def _read_text(path: str | None) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read(200).strip()
+    except (OSError, TypeError):
+        return None
