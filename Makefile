@@ -62,7 +62,14 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # nbgrader config (graders/nbgrader_config.py) found by the formgrader and the Validate button through
 # JUPYTER_CONFIG_PATH; the file browser without the package's build leftovers.
 LAB_HIDE := ["__pycache__", "*.pyc", "*.egg-info", "build", "dask-scratch-space"]
-lab: setup
+# JupyterLab saves the widgets' state in the notebook (the progress bars of training show again when it is reopened,
+# instead of "Error displaying widget: model not found").
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
+$(LAB_OVERRIDES):
+	@mkdir -p $(dir $@)
+	@printf '{\n  "@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}\n}\n' > $@
+
+lab: setup $(LAB_OVERRIDES)
 	$(BIN)/python -m graders.pipeline gradebook  # the formgrader lists the lessons from gradebook.db
 	PATH="$(CURDIR)/$(BIN):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/graders$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
 		$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" '--ContentsManager.hide_globs=$(LAB_HIDE)' $(ROOT_FLAG) $(LAB_ARGS)

@@ -49,6 +49,12 @@ def test_make_lab_serves_the_course():
         assert assignments["02-ddp"]["source_path"] == "solutions/02-ddp"
         with sqlite3.connect(REPO / "gradebook.db") as db:
             assert db.execute("select count(*) from alembic_version").fetchone()[0] == 1
+            # make lab recorded the lessons first: the formgrader's pages find them in the gradebook
+            assert {name for (name,) in db.execute("select name from assignment")} >= set(assignments)
+        # the training progress bars (widgets) are saved in the notebook, so that a reopened notebook shows them
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab/api/settings/@jupyter-widgets/jupyterlab-manager:plugin",
+                                    timeout=30) as r:
+            assert json.load(r)["schema"]["properties"]["saveState"]["default"] is True  # overrides.json
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
