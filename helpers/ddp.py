@@ -7,6 +7,7 @@ started by `helpers.launch.launch` (or by itself under torchrun).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from . import checkpoints, data, launch, memory, models
+from . import checkpoints, compare, data, launch, memory, models
 from ._validate import positive_int, positive_number
 
 
@@ -160,7 +161,9 @@ def reference_train(cfg: TrainConfig, world_size: int) -> dict:
 
 
 def same_state(a: dict, b: dict, atol: float = 1e-5) -> bool:
-    return list(a) == list(b) and all(torch.allclose(a[k].cpu(), b[k].cpu(), atol=atol) for k in a)
+    """Whether two state dicts hold the same weights: helpers.compare.same_state (the same keys in the same order,
+    dtypes and shapes, nothing broadcast; values within atol + 1e-5 x |b|, a NaN or inf never close to a number)."""
+    return compare.same_state(a, b, atol=atol, rtol=1e-5)
 
 
 # ---- the lesson's workers -------------------------------------------------------------------
@@ -528,11 +531,12 @@ def dataparallel_step_time(in_features: int, hidden: int, batch: int, steps: int
 def checkpoint_problem(ranks: list, cfg: TrainConfig) -> str | None:
     """What is wrong with the results of `checkpoint_worker` (None when nothing is): rank 0, and only
     rank 0, wrote the file; every rank loaded a clean state dict (the plain model's keys) holding the
-    trained weights."""
-    if not isinstance(ranks, list) or not ranks or not all(isinstance(r, dict) and "wrote" in r for r in ranks):
-        raise ValueError("ranks must be the list of checkpoint_worker's results")
+    trained weights, which are one SGD step on the global batch (`large_batch_reference`) on every rank."""
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    fields = {"rank": int, "trained": None, "loaded": None, "wrote": bool}  # what it loaded is judged below
+    if type(ranks) is not list or not ranks or not all(compare.is_record(r, fields) for r in ranks):
+        raise ValueError("ranks must be the list of checkpoint_worker's results")
     writers = [r["rank"] for r in ranks if r["wrote"]]
     if 0 not in writers:
         return "rank 0 did not write the checkpoint"
@@ -547,6 +551,10 @@ def checkpoint_problem(ranks: list, cfg: TrainConfig) -> str | None:
             return problem
         if not same_state(loaded, r["trained"]):
             return f"rank {r['rank']} loaded weights that differ from the trained ones"
+    reference = large_batch_reference(cfg, len(ranks), 1)["state"]
+    for r in ranks:
+        if not same_state(r["trained"], reference):
+            return f"rank {r['rank']}'s weights changed while it saved: saving must leave the model as it is"
     return None
 
 
@@ -586,8 +594,8 @@ def worker_problem(ranks: list, cfg: TrainConfig, world_size: int) -> str | None
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     positive_int("world_size", world_size)
-    if not all(type(r) is dict and {"state", "mean_loss"} <= set(r) for r in ranks):
-        return "return a dict with the keys 'state' and 'mean_loss'"
+    if not all(compare.is_record(r, {"state": None, "mean_loss": None}) for r in ranks):
+        return "return a dict with the keys 'state' and 'mean_loss' (and no others)"
     keys = list(cfg.model().state_dict())
     for r in ranks:
         problem = _state_dict_problem(r["state"], keys, "the returned 'state'", "return the clean state dict of the model inside DDP")
@@ -606,10 +614,13 @@ def worker_problem(ranks: list, cfg: TrainConfig, world_size: int) -> str | None
         return ("the weights differ from one process trained on the same global batches: check the sampler, the "
                 "batch size, the learning rate, zero_grad and the loss")
     losses = [r["mean_loss"] for r in ranks]
-    if not all(type(v) is float for v in losses):
-        return f"mean_loss must be a float, got {type(losses[0]).__name__}"
-    if len(set(losses)) > 1:
+    not_floats = [v for v in losses if type(v) is not float]
+    if not_floats:
+        return f"mean_loss must be a float, got {type(not_floats[0]).__name__}"
+    if not all(math.isfinite(v) for v in losses):
+        return "mean_loss is not a finite number"
+    if any(v != losses[0] for v in losses):
         return "the ranks return different mean_loss values: all-reduce the loss"
-    if abs(losses[0] - reference["losses"][-1]) > 1e-5 * max(1.0, abs(reference["losses"][-1])):
+    if not compare.same_values(losses[0], float(reference["losses"][-1]), atol=1e-5, rtol=1e-5):
         return "mean_loss is not the mean over the ranks of the last batch's loss"
     return None

@@ -1,10 +1,12 @@
 """Lesson 2's helpers: DDP equals one process on the global batch; the arithmetic equals a simulation."""
 
+import math
+
 import pytest
 import torch
 import torch.distributed as dist
 
-from helpers import ddp, hardware, launch, memory
+from helpers import compare, ddp, grading, hardware, launch, memory
 from helpers.ddp import TrainConfig
 
 
@@ -170,6 +172,77 @@ def test_worker_problem_accepts_the_course_trainer_and_names_the_mistake():
     forgot = launch.launch(ddp.train_worker, 2, args=(TrainConfig(epochs=2, set_epoch=False), False))
     forgot = [{"state": r["state"], "mean_loss": r["losses"][-1]} for r in forgot]
     assert "set_epoch" in ddp.worker_problem(forgot, cfg, 2)
+
+
+def test_worker_problem_rejects_a_shared_nan_loss_an_empty_state_and_extra_keys():
+    cfg = TrainConfig(epochs=1)
+    reference = ddp.reference_train(cfg, 2)
+    right = {"state": reference["state"], "mean_loss": reference["losses"][-1]}
+    assert ddp.worker_problem([right, right], cfg, 2) is None
+    nan = {**right, "mean_loss": math.nan}  # one NaN object on both ranks: a set() of the losses holds it once
+    assert "finite" in ddp.worker_problem([nan, nan], cfg, 2)
+    empty = {**right, "state": {k: torch.empty(0, 1, 1) for k in right["state"]}}  # torch.allclose broadcast it
+    assert ddp.worker_problem([empty, empty], cfg, 2) is not None
+    extra = {**right, "losses": reference["losses"]}
+    assert "no others" in ddp.worker_problem([extra, extra], cfg, 2)
+
+
+def test_checkpoint_problem_holds_the_records_to_their_types():
+    state = ddp.large_batch_reference(TrainConfig(), 1, 1)["state"]  # one rank's one step
+    rank = {"rank": 0, "trained": state, "loaded": state, "wrote": True}
+    assert ddp.checkpoint_problem([rank], TrainConfig()) is None
+    empty = {k: torch.empty(0, 1, 1) for k in state}
+    assert "differ from the trained ones" in ddp.checkpoint_problem([{**rank, "loaded": empty}], TrainConfig())
+    assert "changed while it saved" in ddp.checkpoint_problem([{**rank, "loaded": empty, "trained": empty}], TrainConfig())
+    for wrong in ({**rank, "wrote": 1}, {**rank, "rank": 0.0}, {**rank, "extra": 0}):
+        with pytest.raises(ValueError, match="ranks"):
+            ddp.checkpoint_problem([wrong], TrainConfig())
+
+
+def test_same_state_compares_structure_before_values():
+    state = {"w": torch.ones(2, 3), "b": torch.zeros(3)}
+    assert ddp.same_state(state, {k: v.clone() for k, v in state.items()}, atol=0)
+    assert ddp.same_state({"w": torch.ones(2, 3) + 1e-6, "b": torch.zeros(3)}, state)
+    wrongs = [{"w": torch.empty(0, 1, 1), "b": torch.empty(0, 1, 1)},  # torch.allclose broadcast these: equal to anything
+              {"w": torch.ones(1), "b": torch.zeros(1)},
+              {"w": torch.ones(2, 3, dtype=torch.float64), "b": torch.zeros(3, dtype=torch.float64)},
+              {"b": torch.zeros(3), "w": torch.ones(2, 3)},
+              {"w": torch.ones(2, 3)},
+              {**state, "extra": torch.zeros(3)},
+              {"w": torch.full((2, 3), math.nan), "b": torch.zeros(3)},
+              {"w": torch.nn.Parameter(torch.ones(2, 3)), "b": torch.zeros(3)},
+              [("w", torch.ones(2, 3)), ("b", torch.zeros(3))]]
+    for wrong in wrongs:
+        assert not ddp.same_state(wrong, state) and not ddp.same_state(state, wrong), wrong
+
+
+def test_compare_holds_types_exactly_and_non_finite_values_as_values():
+    inf, nan = math.inf, math.nan
+    assert compare.same_values([1.0, inf, -inf, nan], [1.0, inf, -inf, nan])
+    assert compare.same_tensor(torch.tensor([1.0, inf, nan], dtype=torch.float16), torch.tensor([1.0, inf, nan], dtype=torch.float16))
+    for got, expected in [(nan, 1.0), (inf, 1e308), (-inf, inf), (1.0, nan), (nan, inf)]:
+        assert not compare.same_values(got, expected, atol=1e300, rtol=1e300), (got, expected)
+        assert not compare.same_tensor(torch.tensor([got], dtype=torch.float64), torch.tensor([expected], dtype=torch.float64),
+                                       atol=1e300, rtol=1e300), (got, expected)
+    assert compare.same_values({"a": [1, (2.0, "x")]}, {"a": [1, (2.0 + 1e-9, "x")]}, atol=1e-6)
+    for got, expected in [(1, 1.0), (True, 1), ((1, 2), [1, 2]), ({"a": 1, "b": 2}, {"b": 2, "a": 1}),
+                          (grading.Other("x"), 1), (torch.ones(3), torch.ones(1)), ([1.0, 2.0], [1.0]),
+                          (torch.ones(2, dtype=torch.int32), torch.ones(2, dtype=torch.int64))]:
+        assert not compare.same_values(got, expected), (got, expected)
+    assert compare.is_record({"a": 1, "b": None}, {"b": None, "a": int})
+    assert not compare.is_record({"a": True}, {"a": int}) and not compare.is_record({"a": 1, "extra": 2}, {"a": int})
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: compare.same_tensor(torch.ones(1), torch.ones(1), atol=-1), "atol"),
+    (lambda: compare.same_state({}, {}, rtol=math.nan), "rtol"),
+    (lambda: compare.same_values(1.0, 1.0, atol="0"), "atol"),
+    (lambda: compare.same_values(object(), object()), "expected"),
+    (lambda: compare.is_record({}, ["a"]), "fields"),
+])
+def test_compare_bad_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_ddp_memory_ledger_is_balanced_and_consistent():
