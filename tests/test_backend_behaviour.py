@@ -158,9 +158,7 @@ CASES = {
     "02 hello": Case("launch", 2, lambda tmp: (ddp.hello, ())),
     "02 allreduce_demo": Case("launch", 2, lambda tmp: (ddp.allreduce_demo, ())),
     # rank 1 fails on purpose in the lesson; alone, rank 0 shows what its all-reduce is given
-    "02 broken_worker": Case("launch", 1, lambda tmp: (_lesson2("broken_worker"), ()), fix=(
-        "solutions/02-ddp cell-016 broken_worker: torch.ones(1) must be torch.ones(1, device=launch.device()) (nccl "
-        "refuses it on rank 0 at once, racing rank 1's ValueError: the cell's assert on rank 1 then fails)")),
+    "02 broken_worker": Case("launch", 1, lambda tmp: (_lesson2("broken_worker"), ())),
     "02 train_worker": Case("launch", 2, lambda tmp: (ddp.train_worker, (CFG, False))),
     "02 uneven_worker": Case("launch", 2, lambda tmp: (ddp.uneven_worker, ([2, 2],))),  # the lesson's [3, 2] hangs
     "02 uneven_worker join": Case("launch", 2, lambda tmp: (ddp.uneven_worker, ([3, 2], True))),
