@@ -25,6 +25,7 @@ them, and the pipeline flags the submission.
 import json
 import os
 import secrets
+import textwrap
 
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
@@ -188,6 +189,13 @@ REFUSAL = ("This autograde would run student code without the grading sandbox an
            "grades could differ from the course's. Grade with `make grade` (python -m graders.pipeline grade) "
            "from the course root: every submission then gets the same sandbox and judge. The formgrader shows "
            "the grades, the submissions and the feedback once `make grade` has run.")
+
+
+def refuse_outside_the_pipeline(**_) -> None:
+    """nbgrader's pre-convert hook: the refusal, wrapped for the formgrader's error box, first in its log (nbgrader
+    logs a failed hook and goes on; GradingPipelineOnly then stops the run)."""
+    if os.environ.get(PIPELINE) != "1":
+        raise RuntimeError("\n" + textwrap.fill(REFUSAL, 60))
 
 
 class GradingPipelineOnly(NbGraderPreprocessor):

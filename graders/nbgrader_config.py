@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from graders.execute import (CheckCanaries, CrashSafeExecute, GradingPipelineOnly, JoinHiddenParts,  # noqa: E402
-                              PrepareCells)
+                              PrepareCells, refuse_outside_the_pipeline)
 from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
 from graders.release import LetRunAllGoOn  # noqa: E402
 
@@ -48,6 +48,7 @@ c.Execute.interrupt_on_timeout = True
 # A kernel crash costs the cell that caused it, not the submission; the kernel never sees the hidden tests'
 # judge parts, nor keeps the rest of them in its history; canary cells show whether the submission changed how
 # its kernel runs cells (graders/execute.py).
+c.Autograde.pre_convert_hook = refuse_outside_the_pipeline  # says so first, readably, in the formgrader's error box
 c.Autograde.autograde_preprocessors = [
     GradingPipelineOnly,  # the formgrader's Autograde button and a bare `nbgrader autograde` are refused
     PrepareCells,

@@ -2,7 +2,8 @@
 
 * A cell with hidden tests keeps its visible code, but none of its outputs: anything it printed (a
   student's hook can print every cell's source), its error's class and message, are replaced by one
-  line saying whether the cell's tests passed.
+  line naming the exercise and its points and saying whether its tests passed (and, when the judge's
+  message carries no data, which property failed).
 * Outputs that a browser would run or render as markup (HTML, JavaScript, SVG, Markdown, LaTeX) are
   replaced by their plain-text form, which the page escapes; PNG and JPEG images stay if their data is
   base64 and their sizes numbers.
@@ -53,22 +54,38 @@ class RedactHiddenTests(ClearHiddenTests):
         had_hidden = self.begin_test_delimeter in cell.source
         cell, resources = super().preprocess_cell(cell, resources, cell_index)
         if had_hidden:
-            judged = _verdicts().get(cell.metadata.get("nbgrader", {}).get("grade_id"), {"passed": True})
-            failed = not judged["passed"] or any(out.get("output_type") == "error" for out in cell.get("outputs", []))
-            verdict = "A test in this cell failed." if failed else "The tests in this cell passed."
             cell.source = cell.source.rstrip() + f"\n# {NOTICE}"
-            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=f"{verdict} {NOTICE}\n")]
+            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=verdict_line(cell) + "\n")]
         return cell, resources
 
 
-VERDICTS: dict | None = None  # set by the pipeline's recorder while it writes one submission's feedback
+def verdict_line(cell) -> str:
+    """One line for a graded cell: the exercise, its points, passed or failed, and, when the judge said which
+    property failed in words that carry no data (no digits, quotes or brackets: never a hidden input or an
+    expected value), that property."""
+    meta = cell.metadata.get("nbgrader", {})
+    exercise = str(meta.get("grade_id", "this exercise")).removesuffix("_tests")
+    points = meta.get("points", 0)
+    label = f"{exercise} ({points:g} point{'s' if points != 1 else ''})" if isinstance(points, (int, float)) else exercise
+    judged = _verdicts().get(meta.get("grade_id"), {"passed": True})
+    errored = any(out.get("output_type") == "error" for out in cell.get("outputs", []))
+    if not errored and judged["passed"]:
+        return f"✓ {label}: The tests in this cell passed. {NOTICE}"
+    if errored:
+        why = "the cell stopped with an error (run it to see the visible checks' message)."
+    else:
+        message = str(judged.get("message", ""))
+        why = f"the hidden tests found this: {message}" if _shows_no_data(message) else "the hidden tests found a problem."
+    return f"✗ {label}: A test in this cell failed: {why} {NOTICE}"
+
+
+def _shows_no_data(message: str) -> bool:
+    return 0 < len(message) <= 200 and not re.search(r"[0-9'\"\[\]{}()<>=]", message)
 
 
 def _verdicts() -> dict:
-    """The judge's verdicts per grade cell (graders/judge.py): the recorder's, or from the file
-    GRADER_VERDICTS_FILE names (nbgrader generate_feedback run by hand)."""
-    if VERDICTS is not None:
-        return VERDICTS
+    """The judge's verdicts per grade cell (graders/judge.py), from the file GRADER_VERDICTS_FILE names (the
+    recorder writes it for each feedback page)."""
     path = os.environ.get("GRADER_VERDICTS_FILE")
     if not path:
         return {}

@@ -290,3 +290,21 @@ def test_the_formgraders_autograde_is_refused_with_the_right_command(tmp_path):
     outcome = api.autograde(lesson, "s1")
     assert not outcome["success"] and "make grade" in outcome["log"] + outcome.get("error", "")
     assert not (tmp_path / "notebooks").exists(), "recording the lessons released nothing into notebooks/"
+
+
+def test_a_feedback_section_names_its_exercise_and_points_and_never_a_hidden_value(tmp_path, monkeypatch):
+    import json
+
+    from graders import redact
+
+    cell = nbformat.v4.new_code_cell("assert x", metadata={"nbgrader": {"grade": True, "grade_id": "shard_tests", "points": 2}})
+    verdicts = tmp_path / "verdicts.json"
+    monkeypatch.setenv("GRADER_VERDICTS_FILE", str(verdicts))
+    for message, shown in (("the ranks drifted apart: is every gradient averaged over all ranks?", True),
+                           ("my_shard(10, 3, 1, drop_last=False) is not what DistributedSampler yields", False),
+                           ("expected 'b'", False)):
+        verdicts.write_text(json.dumps({"cells": {"shard_tests": {"passed": False, "message": message}}}))
+        line = redact.verdict_line(cell)
+        assert line.startswith("✗ shard (2 points): A test in this cell failed") and (message in line) is shown, line
+    verdicts.write_text(json.dumps({"cells": {"shard_tests": {"passed": True, "message": ""}}}))
+    assert redact.verdict_line(cell).startswith("✓ shard (2 points): The tests in this cell passed.")
