@@ -61,10 +61,11 @@ MAGICS = {**dict.fromkeys(("matplotlib", "autoreload", "xmode", "time", "timeit"
 SETTABLE = ("torch.backends.", "matplotlib.rcParams", "os.environ", "plt.rcParams", "warnings.filters")
 
 
-def audit(cells: list[tuple[str, str, set]]) -> list[str]:
+def audit(cells: list[tuple[str, str, set]], course_modules=frozenset()) -> list[str]:
     """Flags for the student's code cells: [(where, source, forbidden)], `where` naming the cell in the
-    grader's words and `forbidden` the functions that the exercises it can serve ask to do without."""
-    aliases = dict(ALIASES)
+    grader's words and `forbidden` the functions that the exercises it can serve ask to do without.
+    `course_modules`: top-level modules the instructor's notebook imports (known even where not installed)."""
+    aliases = dict(ALIASES, **{_COURSE: ",".join(sorted(course_modules))})
     found = []
     for where, source, forbidden in cells:
         tree = _parse(source)
@@ -81,6 +82,22 @@ ALIASES = {"dp": "helpers.dataparallel", "ddp": "helpers.ddp", "amp": "helpers.a
            "launch": "helpers.launch", "checkpoints": "helpers.checkpoints", "models": "helpers.models",
            "data": "helpers.data", "F": "torch.nn.functional", "nn": "torch.nn", "dist": "torch.distributed",
            "mp": "torch.multiprocessing", "plt": "matplotlib.pyplot", "json": "json", "tempfile": "tempfile"}
+
+
+_COURSE = " course modules"  # not a Python name: where the aliases carry the instructor's imports
+
+
+def course_modules(solution) -> frozenset:
+    """The top-level modules the instructor's notebook imports (torch_xla, say, on a grader without it)."""
+    found = set()
+    for cell in solution.cells:
+        tree = _parse(cell.source) if cell.cell_type == "code" else None
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module.split(".")[0])
+    return frozenset(found)
 
 
 def _parse(source: str):
@@ -120,33 +137,34 @@ def _rules(tree, aliases: dict, forbidden: set):
 
 
 def _imports(node, aliases: dict, forbidden: set):
+    course = frozenset(aliases.get(_COURSE, "").split(","))
     if isinstance(node, ast.Import):
         for alias in node.names:
-            yield from _module_rule(alias.name)
+            yield from _module_rule(alias.name, course)
             aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
         return
     if node.level:
         yield "imports from a relative module"
         return
     module = node.module or ""
-    yield from _module_rule(module)
+    yield from _module_rule(module, course)
     for alias in node.names:
         full = f"{module}.{alias.name}"
         if alias.name == "*":
             yield "imports every name of a module (*)"
             continue
-        yield from _module_rule(full)
+        yield from _module_rule(full, course)
         yield from _reference_rule(full)
         if alias.name in forbidden:
             yield "calls a function this exercise asks you to do without"
         aliases[alias.asname or alias.name] = full
 
 
-def _module_rule(module: str):
+def _module_rule(module: str, course: frozenset = frozenset()):
     top = module.split(".")[0]
     if module in MODULES or top in MODULES:
         yield "imports the machinery that runs code (a module the lessons' answers never need)"
-    elif top and not _installed(top):
+    elif top and top not in course and not _installed(top):
         yield "imports a module the course does not have (one the notebook wrote itself?)"
 
 
@@ -290,34 +308,3 @@ def _name(node, aliases: dict, forbidden: set):
     full = aliases.get(node.id)
     if full and isinstance(node.ctx, ast.Load):
         yield from _reference_rule(full)
-
-
-def student_cells(solution, graded, kernel_form) -> list[tuple[str, str, set]]:
-    """The code cells of `graded` that the student wrote (solution cells, and cells that are none of the
-    instructor's), each with where it is in the grader's words and the functions it may not call: its own
-    exercise's rule for a solution cell; for a cell the student added, the rules of every exercise whose test
-    comes after it (a helper defined there can serve any of them). `kernel_form(source)` is an instructor's
-    cell as the grading kernel runs it (graders/judge.py's for_kernel)."""
-    instructor = set()
-    for cell in solution.cells:
-        if cell.cell_type == "code":
-            instructor.update((cell.source.strip(), kernel_form(cell.source).strip()))
-    exercises = [c.metadata["nbgrader"]["grade_id"] for c in solution.cells
-                 if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
-    # Locked and test cells: nbgrader runs the instructor's source of these, whatever the submission holds.
-    overwritten = {c.metadata["nbgrader"]["grade_id"] for c in solution.cells if c.cell_type == "code"
-                   and not c.metadata.get("nbgrader", {}).get("solution")
-                   and (c.metadata.get("nbgrader", {}).get("grade") or c.metadata.get("nbgrader", {}).get("locked"))}
-    code = [c for c in graded.cells if c.cell_type == "code"]
-    cells = []
-    for index, cell in enumerate(code):
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in overwritten:
-            continue
-        if cell.metadata.get("nbgrader", {}).get("solution") and grade_id in exercises:
-            cells.append((f"the answer to {grade_id}", cell.source, FORBIDDEN_IN.get(grade_id, set())))
-        elif cell.source.strip() not in instructor:
-            later = {c.metadata.get("nbgrader", {}).get("grade_id") for c in code[index + 1:]}
-            rules = set().union(*(FORBIDDEN_IN.get(e, set()) for e in exercises if {e, f"{e}_tests"} & later))
-            cells.append((f"code cell {index + 1} (added or changed by the student)", cell.source, rules))
-    return cells

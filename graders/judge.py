@@ -68,6 +68,36 @@ def for_kernel(source: str) -> str:
             + parts["collect"].rstrip() + "\n" + END + parts["after"])
 
 
+def student_cells(solution, graded) -> list[tuple[str, str, set]]:
+    """The code cells of `graded` that the student wrote (solution cells, and cells that are none of the
+    instructor's), each with where it is in the grader's words and the functions it may not call: its own
+    exercise's rule for a solution cell; for a cell the student added, the rules of every exercise whose test
+    comes after it (a helper defined there can serve any of them)."""
+    instructor = set()
+    for cell in solution.cells:
+        if cell.cell_type == "code":
+            instructor.update((cell.source.strip(), for_kernel(cell.source).strip()))
+    exercises = [c.metadata["nbgrader"]["grade_id"] for c in solution.cells
+                 if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
+    # Locked and test cells: nbgrader runs the instructor's source of these, whatever the submission holds.
+    overwritten = {c.metadata["nbgrader"]["grade_id"] for c in solution.cells if c.cell_type == "code"
+                   and not c.metadata.get("nbgrader", {}).get("solution")
+                   and (c.metadata.get("nbgrader", {}).get("grade") or c.metadata.get("nbgrader", {}).get("locked"))}
+    code = [c for c in graded.cells if c.cell_type == "code"]
+    cells = []
+    for index, cell in enumerate(code):
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in overwritten:
+            continue
+        if cell.metadata.get("nbgrader", {}).get("solution") and grade_id in exercises:
+            cells.append((f"the answer to {grade_id}", cell.source, audit.FORBIDDEN_IN.get(grade_id, set())))
+        elif cell.source.strip() not in instructor:
+            later = {c.metadata.get("nbgrader", {}).get("grade_id") for c in code[index + 1:]}
+            rules = set().union(*(audit.FORBIDDEN_IN.get(e, set()) for e in exercises if {e, f"{e}_tests"} & later))
+            cells.append((f"code cell {index + 1} (added or changed by the student)", cell.source, rules))
+    return cells
+
+
 def judged_cells(solution) -> dict[str, dict]:
     """grade_id -> parts, for each grade cell of the instructor's notebook with a judged hidden block."""
     cells = {}
@@ -137,7 +167,7 @@ def judge(solution, graded) -> dict:
             verdict["passed"] = True
     for v in verdicts.values():
         flags += v["flags"]
-    flags += audit.audit(audit.student_cells(solution, graded, for_kernel))
+    flags += audit.audit(student_cells(solution, graded), audit.course_modules(solution))
     return {"cells": verdicts, "flags": sorted(set(flags))}
 
 

@@ -20,7 +20,7 @@ from accelerate import Accelerator  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from . import data, ddp, fresh as _fresh, launch as _launch  # noqa: E402
-from ._validate import positive_int, positive_number  # noqa: E402
+from ._validate import positive_int, positive_number, str_dict  # noqa: E402
 
 
 def launch_env(num_processes: int) -> dict[str, str]:
@@ -33,9 +33,11 @@ def launch_env(num_processes: int) -> dict[str, str]:
     return env
 
 
-def launch(fn, num_processes: int = 2, args: tuple = (), timeout_s: float = 300.0) -> list:
+def launch(fn, num_processes: int = 2, args: tuple = (), timeout_s: float = 300.0, env: dict | None = None) -> list:
     """Run `fn(*args)` in `num_processes` processes, as `notebook_launcher(fn, args, num_processes)` means
-    to, and bring back what `fn` returns on each process (in process order).
+    to, and bring back what `fn` returns on each process (in process order). `env`: more variables for every
+    process, as `accelerate launch` sets them (`--gradient_accumulation_steps 2`:
+    {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "2"}).
 
     The processes start from a fork server (`helpers.launch`) with torchrun's environment (RANK,
     WORLD_SIZE, LOCAL_RANK, MASTER_*) and a process group that times out; Accelerate takes both
@@ -47,7 +49,7 @@ def launch(fn, num_processes: int = 2, args: tuple = (), timeout_s: float = 300.
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
     if not isinstance(args, tuple):
         raise ValueError(f"args must be a tuple, got {type(args).__name__}")
-    env = launch_env(num_processes)
+    env = {**launch_env(num_processes), **str_dict("env", env)}
 
     def process(rank, world_size, *fn_args):
         return fn(*fn_args)
@@ -116,6 +118,21 @@ def reference(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, num_proce
     return {"state": net.state_dict()}
 
 
+def accumulation_references(n_samples: int, batch_size: int, epochs: int, lr: float, seed: int, num_processes: int,
+                            accumulation_steps: int) -> dict:
+    """What Accelerate's loop trains when its Accelerator accumulates gradients over `accumulation_steps` batches
+    (`Accelerator(gradient_accumulation_steps=k)`, or `accelerate launch --gradient_accumulation_steps k`), as
+    single-process references (`reference`), each a state dict:
+    "accumulate": the step inside `with accelerator.accumulate(model)`, which steps every k batches of each
+    process on their mean gradient (accelerator.backward divides each loss by k): a batch k times larger;
+    "every batch": the step outside it, which steps every batch on 1/k of its gradient: a learning rate k times
+    smaller. A loop that calls loss.backward() instead of accelerator.backward(loss) trains neither."""
+    positive_int("accumulation_steps", accumulation_steps)
+    positive_number("lr", lr)
+    return {"accumulate": reference(n_samples, batch_size * accumulation_steps, epochs, lr, seed, num_processes)["state"],
+            "every batch": reference(n_samples, batch_size, epochs, lr / accumulation_steps, seed, num_processes)["state"]}
+
+
 def gather_worker(n_samples: int, batch_size: int) -> dict:
     """Evaluate over `n_samples` indexed samples: what gather and gather_for_metrics return."""
     acc = accelerator()
@@ -167,6 +184,30 @@ def _steers_device(name: str) -> bool:
                                                          and "FILE" not in name)
 
 
+# Accelerate's flags (accelerate.utils.environment.str_to_bool, which lowercases the value and refuses anything else)
+TRUE_FLAGS = ("y", "yes", "t", "true", "on", "1")
+FALSE_FLAGS = ("n", "no", "f", "false", "off", "0")
+# The variables known to leave Accelerator(cpu=True) on a TPU, with the values that do: torch_xla imported by
+# Accelerate (its default), PJRT's TPU runtime (what torch_xla picks by itself where libtpu and a chip are), and the
+# CPU not forced.
+TPU_SAFE_ENV = {"USE_TORCH_XLA": lambda v: v.lower() in TRUE_FLAGS, "PJRT_DEVICE": lambda v: v == "TPU",
+                "ACCELERATE_USE_CPU": lambda v: v.lower() in FALSE_FLAGS}
+
+
+def tpu_env_problem(env: dict) -> str | None:
+    """What in `env`, the variables a notebook sets before importing Accelerate on a machine with a TPU, could keep
+    `Accelerator(cpu=True)` off the TPU (None when nothing): judged by what the variables mean, never by a probe,
+    which would depend on the machine judging (PJRT_DEVICE=TPU fails where there is no TPU). Only the variables of
+    TPU_SAFE_ENV, with the values it allows, are known to leave the TPU in use."""
+    str_dict("env", env)
+    for name, value in env.items():
+        if name not in TPU_SAFE_ENV:
+            return f"with a TPU, {name} is not known to leave Accelerate and torch_xla on it"
+        if not TPU_SAFE_ENV[name](value):
+            return f"with a TPU, {name}={value} keeps Accelerate or torch_xla off it"
+    return None
+
+
 def accelerator_device(extra_env: dict) -> str:
     """What `Accelerator(cpu=True)` runs on in a process of its own (fresh for Accelerate and torch_xla: a child of
     PROBE_SERVER on Linux) whose environment is this process's less USE_TORCH_XLA, plus `extra_env`: "cpu
@@ -174,7 +215,6 @@ def accelerator_device(extra_env: dict) -> str:
     it on environments a notebook chose: only the variables that choose a device (USE_TORCH_XLA, PJRT_DEVICE,
     ACCELERATE_*) are passed on; anything else (LD_PRELOAD, PYTHONPATH, ...) is left out."""
     from . import accelerate_probe
-    from ._validate import str_dict
 
     str_dict("extra_env", extra_env)
     env = {k: v for k, v in os.environ.items() if k != "USE_TORCH_XLA"}

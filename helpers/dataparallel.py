@@ -7,7 +7,10 @@ that torch implements for CUDA alone:
 * scatter:   torch's `scatter_kwargs`, whose per-tensor step is `tensor.chunk(n_devices, dim)`
              (the rule of torch/csrc/cuda/comm.cpp); chunks for devices >= 1 are copies.
 * replicate: torch's `replicate`, with a broadcast whose backward *sums* the replicas'
-             gradients onto device 0 (what ReduceAddCoalesced does on GPUs).
+             gradients onto device 0 with torch's own `comm.reduce_add_coalesced` (what
+             ReduceAddCoalesced calls on GPUs: each device flattens its replica's gradients into one
+             buffer per <= 10 MiB chunk, the buffers are summed on device 0, and the sum is cut into
+             views that become `.grad`); only its `reduce_add` (NCCL's reduce) is swapped for a CPU sum.
 * parallel_apply: one Python thread per replica, like torch's, carrying grad mode and
              whether autocast is on into each thread, but not autocast's dtype (torch's
              behaviour: replicas compute in the device's default autocast dtype). The virtual
@@ -41,7 +44,9 @@ from torch._utils import ExceptionWrapper
 # the modules themselves (torch.nn.parallel re-exports functions under the same names)
 replicate_module = importlib.import_module("torch.nn.parallel.replicate")
 scatter_gather = importlib.import_module("torch.nn.parallel.scatter_gather")
+comm = importlib.import_module("torch.nn.parallel.comm")
 
+from . import compare
 from ._saved import saved_bytes
 from ._validate import positive_int
 
@@ -68,6 +73,30 @@ def split_indices(batch_size: int, n_devices: int) -> list[list[int]]:
         out.append(list(range(start, start + size)))
         start += size
     return out
+
+
+def pieces_problem(pieces, x: torch.Tensor, n_devices: int) -> str | None:
+    """What is wrong with `pieces`, the inputs a model ran on for one DataParallel forward of the batch `x` over
+    `n_devices` devices (None when nothing is): it must run exactly once on each device's rows, the contiguous
+    pieces of torch's chunk split (`split_sizes`), in any order (DataParallel's replica threads start and
+    finish in any order). Pieces are compared exactly (same dtype, shape and values)."""
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        raise ValueError("x must be a batch: a tensor with at least one dimension")
+    expected = list(x.split(split_sizes(len(x), n_devices)))
+    if type(pieces) is not list or not all(type(p) is torch.Tensor for p in pieces):
+        return "the model's inputs were not tensors"
+    left = list(range(len(expected)))
+    for piece in pieces:
+        match = next((i for i in left if compare.same_tensor(piece, expected[i])), None)
+        if match is None:
+            if any(compare.same_tensor(piece, e) for e in expected):
+                return "the model ran more than once on one device's rows: run it once per device"
+            return ("the model ran on rows that are no device's piece: split the batch as DataParallel does "
+                    "(contiguous pieces, torch's chunk rule)")
+        left.remove(match)
+    if left:
+        return "the model never ran on some device's rows: run it once on each device's piece"
+    return None
 
 
 _CHUNK_FORBIDDEN = "work out the rule yourself: torch.chunk and the course's split helpers are off limits here"
@@ -261,7 +290,7 @@ class EmulatedDataParallel(_StepRecorder, nn.DataParallel):
         return scattered_inputs, scattered_kwargs
 
     def replicate(self, module, device_ids):
-        with _virtual_collectives():
+        with _virtual_collectives(self._measure):
             replicas = super().replicate(module, device_ids)
         if self._measure is not None:
             self._measure["replica_tensors"] = [
@@ -357,29 +386,66 @@ class _VirtualGather:
 
 
 class _VirtualBroadcast(torch.autograd.Function):
-    """Device 0 shares the original tensors, the others get copies; backward sums onto device 0."""
+    """Device 0 shares the original tensors, the others get copies; backward sums onto device 0.
+
+    Like torch's Broadcast: copies of tensors that need no gradient are not differentiable (autograd then hands
+    backward zeros for them), and backward is `comm.reduce_add_coalesced` over every device's gradients."""
 
     @staticmethod
-    def forward(ctx, n_devices, *tensors):
+    def forward(ctx, n_devices, measure, *tensors):
         ctx.n_inputs = len(tensors)
-        return tuple(t if d == 0 else t.clone() for d in range(n_devices) for t in tensors)
+        ctx.measure = measure
+        outputs = tuple(t if d == 0 else t.clone() for d in range(n_devices) for t in tensors)
+        frozen = [o for i, o in enumerate(outputs) if not ctx.needs_input_grad[2 + i % len(tensors)]]
+        ctx.mark_non_differentiable(*frozen)
+        return outputs
 
     @staticmethod
     def backward(ctx, *grads):
         n = ctx.n_inputs
-        summed = []
-        for i in range(n):
-            parts = [g for g in grads[i::n] if g is not None]
-            summed.append(torch.stack(parts).sum(0) if parts else None)
-        return (None, *summed)
+        per_device = [grads[i : i + n] for i in range(0, len(grads), n)]
+        flat_bytes: list[list[int]] = []  # per chunk, per device: the flat buffer reduce_add_coalesced made
+        with _cpu_reduce_add(flat_bytes):
+            summed = comm.reduce_add_coalesced(per_device, 0)
+        if ctx.measure is not None:
+            # alive on each device while it reduces: the zeros autograd made for outputs that need no gradient,
+            # and the flat buffers (the previous chunk's is still referenced while the next one is built)
+            needs = ctx.needs_input_grad[2:]
+            zeros = [sum(g.nbytes for g, need in zip(device, needs) if not need) for device in per_device]
+            for d in range(len(per_device)):
+                sizes = [0] + [chunk[d] for chunk in flat_bytes]
+                peak = max(a + b for a, b in zip(sizes, sizes[1:])) if flat_bytes else 0
+                rows = ctx.measure.setdefault("flattened gradients", {})
+                rows[d] = max(rows.get(d, 0), zeros[d] + peak)
+        return (None, None, *summed)
 
 
-def _virtual_broadcast_coalesced_reshape(tensors, devices, detach=False):
+@contextmanager
+def _cpu_reduce_add(flat_bytes: list):
+    """torch's `comm.reduce_add` (NCCL's reduce onto device 0) for virtual devices: device 0's flat buffer plus the
+    others', in a new tensor (what NCCL writes into `torch.empty_like`). Records each device's flat buffer: its
+    bytes when `_flatten_dense_tensors` made one, 0 when it only viewed a one-tensor chunk, or when a single device
+    takes part (then its flat buffer is the result itself)."""
+
+    def reduce_add(inputs, destination=None):
+        flat_bytes.append([0 if len(inputs) == 1 or t._base is not None else t.nbytes for t in inputs])
+        if len(inputs) == 1:
+            return inputs[0]
+        result = inputs[0] + inputs[1]
+        for other in inputs[2:]:
+            result.add_(other)
+        return result
+
+    with _collectives_lock, mock.patch.object(comm, "reduce_add", reduce_add):
+        yield
+
+
+def _virtual_broadcast_coalesced_reshape(tensors, devices, detach=False, measure=None):
     if not tensors:
         return []
     if detach:
         return [[t if d == 0 else t.detach().clone() for t in tensors] for d in range(len(devices))]
-    copies = _VirtualBroadcast.apply(len(devices), *tensors)
+    copies = _VirtualBroadcast.apply(len(devices), measure, *tensors)
     n = len(tensors)
     return [list(copies[i : i + n]) for i in range(0, len(copies), n)]
 
@@ -388,11 +454,16 @@ _collectives_lock = threading.RLock()
 
 
 @contextmanager
-def _virtual_collectives():
-    """Point torch's scatter/gather/replicate code at the virtual-device collectives."""
+def _virtual_collectives(measure: dict | None = None):
+    """Point torch's scatter/gather/replicate code at the virtual-device collectives (`measure`: where the
+    broadcast's backward records its reduction buffers, while helpers.memory measures a step)."""
+
+    def broadcast(tensors, devices, detach=False):
+        return _virtual_broadcast_coalesced_reshape(tensors, devices, detach, measure)
+
     with _collectives_lock, mock.patch.object(scatter_gather, "Scatter", _VirtualScatter), mock.patch.object(
         scatter_gather, "Gather", _VirtualGather
-    ), mock.patch.object(replicate_module, "_broadcast_coalesced_reshape", _virtual_broadcast_coalesced_reshape):
+    ), mock.patch.object(replicate_module, "_broadcast_coalesced_reshape", broadcast):
         yield
 
 

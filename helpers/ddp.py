@@ -135,9 +135,15 @@ def train_worker(rank: int, world_size: int, cfg: TrainConfig, progress: bool = 
     return {"state": checkpoints.clean_state_dict(model), "losses": losses}
 
 
-def reference_train(cfg: TrainConfig, world_size: int) -> dict:
-    """One process, the same global batches: at step i, the union of every rank's i-th batch."""
+def reference_train(cfg: TrainConfig, world_size: int, epoch_numbers: list[int] | None = None) -> dict:
+    """One process, the same global batches: at step i, the union of every rank's i-th batch.
+
+    `epoch_numbers`: what set_epoch is given in each epoch (its shuffle's seed is cfg.seed + that number); by
+    default 0, 1, 2, ... (or no set_epoch at all when cfg.set_epoch is False)."""
     positive_int("world_size", world_size)
+    if epoch_numbers is not None and (type(epoch_numbers) is not list or len(epoch_numbers) != cfg.epochs
+                                      or not all(type(e) is int for e in epoch_numbers)):
+        raise ValueError(f"epoch_numbers must be a list of {cfg.epochs} ints, got {epoch_numbers!r}")
     dataset = cfg.dataset()
     model = cfg.model()
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
@@ -146,7 +152,9 @@ def reference_train(cfg: TrainConfig, world_size: int) -> dict:
         shards = []
         for rank in range(world_size):
             sampler = cfg.sampler(dataset, world_size, rank)
-            if cfg.set_epoch:
+            if epoch_numbers is not None:
+                sampler.set_epoch(epoch_numbers[epoch])
+            elif cfg.set_epoch:
                 sampler.set_epoch(epoch)
             shards.append(list(sampler))
         for start in range(0, len(shards[0]), cfg.batch_size):
@@ -584,11 +592,12 @@ def checkpoint_failure(error: BaseException) -> str:
     return f"rank {rank} failed: {line} ({hint})"
 
 
-def worker_problem(ranks: list, cfg: TrainConfig, world_size: int) -> str | None:
+def worker_problem(ranks: list, cfg: TrainConfig, world_size: int, epoch_numbers: list[int] | None = None) -> str | None:
     """What is wrong with the results of a complete DDP worker (None when nothing is): each returns
-    {"state": clean state dict, "mean_loss": float}; the weights equal `reference_train` and agree
-    exactly between ranks; mean_loss is the mean over the ranks of the last batch's loss, which is the
-    reference's last loss (every rank's last batch has the same size under DistributedSampler)."""
+    {"state": clean state dict, "mean_loss": float}; the weights equal `reference_train` (with `epoch_numbers`,
+    the numbers the worker gave set_epoch, when they are known) and agree exactly between ranks; mean_loss is
+    the mean over the ranks of the last batch's loss, which is the reference's last loss (every rank's last
+    batch has the same size under DistributedSampler)."""
     if not isinstance(ranks, list) or not ranks:
         raise ValueError("ranks must be the non-empty list of the worker's results")
     if not isinstance(cfg, TrainConfig):
@@ -603,9 +612,9 @@ def worker_problem(ranks: list, cfg: TrainConfig, world_size: int) -> str | None
             return problem
     if not all(same_state(r["state"], ranks[0]["state"], atol=0) for r in ranks):
         return "the ranks end with different weights: are the gradients averaged (the model wrapped in DDP)?"
-    reference = reference_train(cfg, world_size)
+    reference = reference_train(cfg, world_size, epoch_numbers)
     if not same_state(ranks[0]["state"], reference["state"]):
-        if cfg.epochs > 1 and cfg.set_epoch:
+        if cfg.epochs > 1 and cfg.set_epoch and epoch_numbers is None:
             import dataclasses
 
             forgot = reference_train(dataclasses.replace(cfg, set_epoch=False), world_size)
@@ -624,3 +633,58 @@ def worker_problem(ranks: list, cfg: TrainConfig, world_size: int) -> str | None
     if not compare.same_values(losses[0], float(reference["losses"][-1]), atol=1e-5, rtol=1e-5):
         return "mean_loss is not the mean over the ranks of the last batch's loss"
     return None
+
+
+def observed_worker(rank: int, world_size: int, worker, *args) -> dict:
+    """Run `worker(rank, world_size, *args)`, a complete DDP worker that joins and leaves the process group itself
+    (`launch(observed_worker, n, args=(worker, ...), init_process_group=False)`, as torchrun starts a script), and
+    report what judging it needs besides its result: {"result": what it returned, "epochs": the epoch number of
+    every pass over a DistributedSampler, in order (what set_epoch last set: it seeds that pass's shuffle),
+    "left_group": whether it had left the process group when it returned}. The launcher destroys a group left
+    alive once the worker has returned: only here can a worker that never leaves it be seen."""
+    if not callable(worker):
+        raise ValueError(f"worker must be callable, got {type(worker).__name__}")
+    epochs = []
+    iterate = DistributedSampler.__iter__
+
+    def recording_iter(sampler):
+        epochs.append(int(sampler.epoch) if isinstance(sampler.epoch, int) else sampler.epoch)
+        return iterate(sampler)
+
+    DistributedSampler.__iter__ = recording_iter
+    try:
+        result = worker(rank, world_size, *args)
+    finally:
+        DistributedSampler.__iter__ = iterate
+    return {"result": result, "epochs": epochs, "left_group": not dist.is_initialized()}
+
+
+def observed_worker_problem(records: list, cfg: TrainConfig, world_size: int) -> str | None:
+    """What is wrong with a complete DDP worker, from what `observed_worker` reported on each rank (None when
+    nothing is): every rank left the process group; every rank went once per epoch through its
+    DistributedSampler, shuffled with the same epoch number on every rank and a new one every epoch (any
+    numbering: 0, 1, ... or 1, 2, ...); then `worker_problem` on the results, against the reference trained
+    with those epoch numbers."""
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    positive_int("world_size", world_size)
+    fields = {"result": None, "epochs": list, "left_group": bool}
+    if type(records) is not list or len(records) != world_size or not all(compare.is_record(r, fields) for r in records):
+        return f"expected a result from each of the {world_size} ranks"
+    staying = [rank for rank, r in enumerate(records) if not r["left_group"]]
+    if staying:
+        return (f"step 5: rank {staying[0]} was still in the process group when the worker returned: leave it "
+                f"(dist.destroy_process_group())")
+    epochs = [r["epochs"] for r in records]
+    if not all(type(e) is int for numbers in epochs for e in numbers):
+        return "set_epoch must be given an int"
+    passes = [len(numbers) for numbers in epochs]
+    if any(n != cfg.epochs for n in passes):
+        return (f"{cfg.epochs} epochs, but a rank went {next(n for n in passes if n != cfg.epochs)} times through a "
+                f"DistributedSampler: load the data through the sampler of cfg.sampler, once per epoch")
+    if any(numbers != epochs[0] for numbers in epochs):
+        return "the ranks shuffled with different epoch numbers: call sampler.set_epoch(epoch) with the same epoch on every rank"
+    if cfg.set_epoch and len(set(epochs[0])) < len(epochs[0]):
+        return ("two epochs shuffled alike (the same epoch number): call sampler.set_epoch(epoch) every epoch, "
+                "with a new epoch each time")
+    return worker_problem([r["result"] for r in records], cfg, world_size, epochs[0])

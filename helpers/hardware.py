@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,11 +46,19 @@ class GPU:
     def fp16_tensor_cores(self) -> bool | None:
         return None if self.capability is None else self.capability >= (7, 0)
 
+    @property
+    def bf16_support(self) -> str | None:
+        """"native" (bf16 tensor cores, compute capability >= 8.0), "emulated" (below 8.0: bf16 tensors and
+        autocast still work, and `torch.cuda.is_bf16_supported()` even says True, but the math runs without bf16
+        tensor cores), or None when the capability could not be read."""
+        return None if self.capability is None else "native" if self.bf16 else "emulated"
+
     def __str__(self) -> str:
         if self.capability is None:
             return self.name
         cc = ".".join(map(str, self.capability))
-        return f"{self.name} (sm {cc}, fp16 tensor cores {'yes' if self.fp16_tensor_cores else 'no'}, bf16 {'yes' if self.bf16 else 'no'})"
+        fp16 = "yes" if self.fp16_tensor_cores else "no"
+        return f"{self.name} (sm {cc}, fp16 tensor cores {fp16}, bf16 {self.bf16_support})"
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,22 @@ class Hardware:
             return f"no TPU: XLA:CPU with {virtual_xla_devices()} virtual devices (PJRT_DEVICE=CPU)"
         return "torch_xla not installed"
 
+    def bf16_note(self) -> str:
+        """What bf16 autocast runs on here: the CPU, or cuda:0 with native bf16 tensor cores (compute capability
+        >= 8.0) or emulated (a T4, sm 7.5: it runs, without tensor cores; fp16 with a GradScaler is the fast format
+        there)."""
+        if not self.gpus:
+            return "bf16 on the CPU: fast only with bf16 units (AMX, AVX-512-BF16); measure"
+        gpu = self.gpus[0]
+        if gpu.bf16_support is None:
+            return f"bf16 on cuda:0 ({gpu.name}): compute capability unknown (bf16 tensor cores need 8.0, Ampere, or newer)"
+        cc = ".".join(map(str, gpu.capability))
+        if gpu.bf16_support == "native":
+            return f"bf16 on cuda:0 ({gpu.name}, sm {cc}): native (bf16 tensor cores)"
+        return (f"bf16 on cuda:0 ({gpu.name}, sm {cc}): EMULATED. torch.cuda.is_bf16_supported() says True, but this "
+                f"GPU has no bf16 tensor cores (they start at sm 8.0): bf16 runs without tensor-core speed. "
+                f"Its fast format is fp16, with a GradScaler.")
+
     def summary(self) -> str:
         gpus = "; ".join(f"cuda:{i} {g}" for i, g in enumerate(self.gpus)) or "none"
         runtime = {"colab": "Google Colab", "kaggle": "Kaggle"}.get(self.runtime, "local machine")
@@ -128,8 +153,20 @@ class Hardware:
 
 
 def cpu_cores() -> int:
-    """The cores this process may run on (a container or `taskset` can allow fewer than the machine has)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """The cores this process may run on: `os.sched_getaffinity(0)` where the OS has it (Linux), which reflects a
+    container's or SLURM's cpuset and `taskset`, all of which can allow fewer than the machine has; else
+    `os.cpu_count()`."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def threads_per_rank(local_ranks: int) -> int:
+    """CPU threads for each of `local_ranks` processes on this machine: the cores this process may run on
+    (`cpu_cores`, not `os.cpu_count()`: under SLURM or in a container that can be far more than allotted) shared
+    out among them, at least 1 each."""
+    positive_int("local_ranks", local_ranks)
+    return max(1, cpu_cores() // local_ranks)
 
 
 def virtual_xla_devices() -> int:
@@ -166,16 +203,61 @@ def runtime() -> str:
 
 
 def gpus() -> list[GPU]:
-    """The CUDA GPUs, without initialising CUDA (NVML counts them; nvidia-smi names them)."""
+    """The CUDA GPUs this process may use, without initialising CUDA (NVML counts them; nvidia-smi names them).
+
+    nvidia-smi lists every GPU of the machine whatever CUDA_VISIBLE_DEVICES says; torch's count honours the
+    variable, and so do the names here: "2,3" -> the machine's GPUs 2 and 3 as cuda:0 and cuda:1, "GPU-<uuid>"
+    entries (or unique prefixes of them) by UUID, "" or "-1" -> none. The parsing is CUDA's (and torch's): it stops
+    at the first entry that is not a GPU, and a repeated GPU gives none at all."""
     count = torch.cuda.device_count()
     if count == 0:
         return []
     if torch.cuda.is_initialized():
         return [GPU(torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i)) for i in range(count)]
     rows = _nvidia_smi_rows()
-    if len(rows) >= count:
-        return [GPU(name, capability) for name, capability in rows[:count]]
+    visible = visible_gpu_indices(len(rows), _nvidia_smi_uuids) if rows else None
+    if visible is not None and len(visible) >= count:
+        return [GPU(*rows[i]) for i in visible[:count]]
     return [GPU("GPU")] * count
+
+
+def visible_gpu_indices(n_machine_gpus: int, uuids=None) -> list[int] | None:
+    """The machine's GPU indices (nvidia-smi's numbering) that CUDA_VISIBLE_DEVICES lets this process use, in the
+    order CUDA numbers them (cuda:0 first); all of them when it is unset. `uuids`: a callable that returns the
+    machine's GPU UUIDs in nvidia-smi's order (only called for UUID entries). None when that cannot be said here
+    (MIG instances, or UUIDs that could not be read)."""
+    positive_int("n_machine_gpus", n_machine_gpus, minimum=0)
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return list(range(n_machine_gpus))
+    entries = value.split(",")
+    if entries[0].startswith("MIG-"):
+        return None
+    picked: list[int] = []
+    if entries[0].startswith("GPU-"):
+        known = uuids() if uuids is not None else []
+        if not known:
+            return None
+        for entry in entries:
+            matches = [i for i, uuid in enumerate(known) if entry.startswith("GPU-") and uuid.startswith(entry)]
+            if len(matches) != 1:  # not one of the GPUs, or an ambiguous prefix: the list ends here
+                break
+            if matches[0] in picked:  # a GPU named twice: CUDA then sees none
+                return []
+            picked.append(matches[0])
+        return picked
+    for entry in entries:
+        number = re.match(r"\+?(\d+)", entry.strip())  # read like strtoul: "1gpu2" is 1
+        if number is None:  # "-1", "" or not a number: the list ends here
+            break
+        index = int(number.group(1))
+        if index in picked:  # a GPU named twice: CUDA then sees none
+            return []
+        picked.append(index)
+    for position, index in enumerate(picked):
+        if index >= n_machine_gpus:  # past the machine's last GPU: the list ends there
+            return picked[:position]
+    return picked
 
 
 def _nvidia_smi_rows() -> list[tuple[str, tuple[int, int] | None]]:
@@ -191,6 +273,19 @@ def _nvidia_smi_rows() -> list[tuple[str, tuple[int, int] | None]]:
         if out.returncode == 0:
             return [_gpu_row(line) for line in out.stdout.splitlines() if line.strip()]
     return []
+
+
+def _nvidia_smi_uuids() -> list[str]:
+    """The machine's GPU UUIDs ("GPU-..."), in nvidia-smi's order; [] when nvidia-smi cannot say."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
 def _gpu_row(line: str) -> tuple[str, tuple[int, int] | None]:

@@ -1,19 +1,29 @@
 """One command to check the course on the machine at hand (`make hw-check`).
 
-    python -m helpers.hw_check [--out DIR] [--lessons 01-dataparallel ...] [--cell-timeout S] [--no-notebooks]
+    python -m helpers.hw_check [--out DIR] [--lessons 01-dataparallel ...] [--cell-timeout S]
+                               [--no-notebooks] [--no-figures]
 
-Runs the four solution notebooks end to end (nbclient, from the repository root), then measures
-the figures that matter with the course's helpers, in this process: DataParallel's device-0
-imbalance, AMP's speed and activation-memory ratios, all-reduce bus bandwidth and XLA compile
-counts. Writes DIR/hw-check.md and DIR/hw-check.json (DIR defaults to reports/), prints the
-markdown, and exits 0 when every lesson passed, 1 otherwise. A figure that fails is reported as
-failed; it never stops the report.
+Runs what students run, with this Python and its own torch (a Colab or Kaggle runtime's, a GPU image's):
+the four *student* notebooks (nbclient, each in a scratch folder), their explanation cells and figures
+end to end, skipping the exercise and check cells (a student completes those); then it measures the
+figures that matter with the course's helpers, in this process: DataParallel's device-0 imbalance,
+AMP's speed and activation-memory ratios, all-reduce bus bandwidth and XLA compile counts. The notebooks
+come with the package (`pip install` of the course's repository ships them as helpers/notebooks/) or,
+in a course checkout, from its notebooks/: nothing is downloaded and no solutions/ is needed. Writes
+DIR/hw-check.md and DIR/hw-check.json (DIR defaults to reports/): the date, the versions (Python, torch
+and its CUDA, torch_xla, libtpu, Accelerate, Lightning, the helpers) against the range the course
+supports (helpers/versions.py), the hardware (GPUs with name and compute capability, TPU chips and
+kind), each lesson's result and the figures; prints the markdown, and exits 0 when every lesson
+passed, 1 otherwise. A figure that fails is reported as failed; it never stops the report.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import os
+import platform
 import statistics
 import sys
 import time
@@ -24,13 +34,27 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from . import amp, hardware, launch, memory, models, xla
+from . import amp, hardware, launch, memory, models, versions, xla
 from . import dataparallel as dp
 from ._validate import positive_int, positive_number
 
-REPO = Path(__file__).resolve().parent.parent
+PACKAGE = Path(__file__).resolve().parent
 LESSONS = ("01-dataparallel", "02-ddp", "03-amp", "04-accelerate-tpu")
-NOTEBOOKS = {lesson: REPO / "solutions" / lesson / f"{lesson}.ipynb" for lesson in LESSONS}
+# The distributions whose versions the report gives (importlib.metadata; absent ones are reported absent).
+DISTRIBUTIONS = ("torch", "torch_xla", "libtpu", "accelerate", "lightning", "multi-device-course-helpers")
+
+
+def student_notebooks() -> dict[str, Path]:
+    """lesson -> the student notebook: the copies the installed package ships (helpers/notebooks/, from the
+    repository's notebooks/ at build time), else a course checkout's notebooks/ beside helpers/."""
+    for folder in (PACKAGE / "notebooks", PACKAGE.parent / "notebooks"):
+        paths = {lesson: folder / lesson / f"{lesson}.ipynb" for lesson in LESSONS}
+        if all(path.is_file() for path in paths.values()):
+            return paths
+    return {lesson: PACKAGE / "notebooks" / lesson / f"{lesson}.ipynb" for lesson in LESSONS}  # each reports it is missing
+
+
+NOTEBOOKS = student_notebooks()
 DEFAULT_OUT = "reports"
 DEFAULT_CELL_TIMEOUT = 600
 AMP_FORMATS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -169,21 +193,47 @@ def _describe(error: Exception) -> str:
     return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
+def is_exercise_cell(cell) -> bool:
+    """A code cell a student completes (an nbgrader solution cell) or that checks it (a grade cell)."""
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("solution") or meta.get("grade"))
+
+
+def kernel_environment() -> dict:
+    """The notebooks' kernels import the helpers this process runs: a course checkout's folder goes on their
+    PYTHONPATH (an installed package is found anyway)."""
+    env = dict(os.environ)
+    root = PACKAGE.parent
+    if (root / "pyproject.toml").is_file():
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    return env
+
+
 def run_notebook(lesson: str, path, cell_timeout: float) -> dict:
-    """Execute the notebook end to end in a fresh python3 kernel, in its own folder."""
-    import nbformat
-    from nbclient import NotebookClient
+    """Execute the notebook end to end in a fresh python3 kernel, in a scratch folder (what it writes stays out
+    of the checkout and the package); exercise and check cells are skipped, their count reported."""
+    import tempfile
 
     path = Path(path)
-    result = {"lesson": lesson, "notebook": str(path), "passed": False, "cell": None, "error": None}
+    result = {"lesson": lesson, "notebook": str(path), "passed": False, "cell": None, "error": None,
+              "cells_run": 0, "exercise_cells_skipped": 0}
     current = {}
     start = time.perf_counter()
     try:
+        import nbformat
+        from nbclient import NotebookClient
+
         nb = nbformat.read(path, as_version=4)
-        client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3",
-                                resources={"metadata": {"path": str(path.parent)}},
-                                on_cell_start=lambda cell, cell_index: current.update(cell=cell_index, source=cell.source))
-        client.execute()
+        for cell in nb.cells:
+            if is_exercise_cell(cell):
+                cell.source = ""  # nbclient skips an empty cell; the others keep their index
+                result["exercise_cells_skipped"] += 1
+        result["cells_run"] = sum(1 for c in nb.cells if c.cell_type == "code" and c.source.strip())
+        with tempfile.TemporaryDirectory(prefix=f"hw-check-{lesson}-") as scratch:
+            client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3",
+                                    resources={"metadata": {"path": scratch}},
+                                    on_cell_start=lambda cell, cell_index: current.update(cell=cell_index, source=cell.source))
+            client.execute(env=kernel_environment())
         result["passed"] = True
     except Exception as error:
         result["error"] = _describe(error)[:4000]
@@ -205,19 +255,42 @@ def _last_line(text: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
+def installed_versions() -> dict:
+    """Python, torch as imported (with its CUDA), and the installed version of each of DISTRIBUTIONS (None: absent)."""
+    found = {"python": f"{platform.python_version()} ({sys.executable})", "torch (imported)": torch.__version__,
+             "torch CUDA": torch.version.cuda}
+    for name in DISTRIBUTIONS:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def markdown(report: dict) -> str:
     out = [f"# Hardware check, {report['date']}", "", "## Hardware", "", "```", report["hardware"], "```", ""]
+    if report.get("versions"):
+        out += ["## Versions", "", "| package | version |", "|---|---|"]
+        out += [f"| {name} | {_cell(version) if version else 'not installed'} |" for name, version in report["versions"].items()]
+        low, high = report["supported_torch"]
+        problems = report.get("version_problems") or []
+        out += ["", f"Supported: torch {low} to {high}, torch_xla of the same minor "
+                    f"({_cell(' '.join(problems)) if problems else 'this runtime is inside the range'}).", ""]
     if report["lessons"] is None:
         out += ["## Lessons", "", "Not run (--no-notebooks).", ""]
     else:
-        out += ["## Lessons", "", f"Solution notebooks executed end to end (cell timeout {report['cell_timeout_s']:g} s).",
-                "", "| lesson | result | seconds | error |", "|---|---|---:|---|"]
+        out += ["## Lessons", "", "The student notebooks' explanation cells and figures executed end to end, exercise and "
+                f"check cells skipped (cell timeout {report['cell_timeout_s']:g} s).",
+                "", "| lesson | result | seconds | cells run | error |", "|---|---|---:|---:|---|"]
         for r in report["lessons"]:
             where = f"cell {r['cell']}: " if r["cell"] is not None else ""
             error = _cell(f"{where}{r['error']}") if r["error"] else ""
-            out.append(f"| {r['lesson']} | {'pass' if r['passed'] else '**FAIL**'} | {r['seconds']:.1f} | {error} |")
+            out.append(f"| {r['lesson']} | {'pass' if r['passed'] else '**FAIL**'} | {r['seconds']:.1f} | "
+                       f"{r.get('cells_run', '')} | {error} |")
         out.append("")
     out += ["## Figures", "", "Measured in the hw-check process with the course's helpers.", ""]
+    if not report["figures"]:
+        out.append("Not measured (--no-figures).")
     for name, f in report["figures"].items():
         text = {"ok": f.get("summary"), "skipped": f"skipped: {f.get('reason')}",
                 "failed": f"**FAILED**: {_last_line(f.get('error', ''))}"}[f["status"]]
@@ -254,15 +327,19 @@ def run_checks(out=DEFAULT_OUT, lessons=None, cell_timeout: float = DEFAULT_CELL
                paths: dict | None = None, figures: dict | None = None) -> dict:
     """Run the lessons (unless `notebooks=False`) and the figures; write out/hw-check.md and .json.
 
-    `paths`: lesson name -> notebook (default: the four solution notebooks); `figures`: name -> function
+    `paths`: lesson name -> notebook (default: the four student notebooks, NOTEBOOKS); `figures`: name -> function
     returning a dict with a "summary" line (default: FIGURES)."""
     paths = NOTEBOOKS if paths is None else paths
     figures = FIGURES if figures is None else figures
     lessons = _check_arguments(out, lessons, cell_timeout, notebooks, paths)
     start = time.perf_counter()
     hw = hardware.detect()  # before anything initialises CUDA
+    found = installed_versions()
+    xla_version = found["torch_xla"] if hw.torch_xla_installed else None
     report = {"date": datetime.now().astimezone().isoformat(timespec="seconds"), "hardware": hw.summary(),
-              "torch": torch.__version__, "cpu_cores": hw.cpu_cores, "gpus": [str(g) for g in hw.gpus],
+              "torch": torch.__version__, "versions": found, "supported_torch": list(versions.SUPPORTED_TORCH),
+              "version_problems": versions.torch_problems(torch.__version__, xla_version),
+              "cpu_cores": hw.cpu_cores, "gpus": [str(g) for g in hw.gpus],
               "tpu": str(hw.tpu) if hw.tpu else None, "runtime": hw.runtime, "cell_timeout_s": cell_timeout,
               "lessons": None}
     if notebooks:
@@ -303,10 +380,12 @@ def main(argv=None, paths: dict | None = None, figures: dict | None = None) -> i
     parser.add_argument("--cell-timeout", type=_seconds, default=DEFAULT_CELL_TIMEOUT, metavar="S",
                         help=f"seconds one notebook cell may run (default: {DEFAULT_CELL_TIMEOUT})")
     parser.add_argument("--no-notebooks", action="store_true", help="measure the figures only")
+    parser.add_argument("--no-figures", action="store_true", help="run the notebooks only")
     args = parser.parse_args(argv)
     if args.lessons and len(set(args.lessons)) != len(args.lessons):
         parser.error(f"argument --lessons: a lesson is named twice: {args.lessons}")
-    report = run_checks(args.out, args.lessons, args.cell_timeout, not args.no_notebooks, paths, figures)
+    report = run_checks(args.out, args.lessons, args.cell_timeout, not args.no_notebooks, paths,
+                        {} if args.no_figures else figures)
     print(markdown(report))
     print(f"(written to {Path(args.out) / 'hw-check.md'} and {Path(args.out) / 'hw-check.json'})")
     return 0 if report["passed"] else 1

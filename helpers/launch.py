@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from ._validate import positive_int, positive_number, str_dict
-from .hardware import cpu_cores
+from .hardware import threads_per_rank
 
 STOP_GRACE_S = 3.0
 # Imported once by the fork server, not by every rank of every launch. torch._dynamo (with sympy,
@@ -110,7 +110,7 @@ def plan(n_procs: int, backend: str | None = None) -> Plan:
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
     if backend == "nccl" and torch.cuda.device_count() < n_procs:
         raise ValueError(f"backend 'nccl' needs one GPU per rank: {n_procs} ranks, {torch.cuda.device_count()} GPUs")
-    return Plan(n_procs, backend, max(1, cpu_cores() // n_procs))
+    return Plan(n_procs, backend, threads_per_rank(n_procs))
 
 
 def free_port() -> int:

@@ -1,7 +1,13 @@
 """Per-device memory of one DataParallel training step.
 
 On the CPU emulation the report is a ledger built from the tensors each virtual device holds
-during the step (an upper bound on its peak: every row is counted as if alive at once).
+during the step (an upper bound on its peak: every row is counted as if alive at once). Its
+gradient rows follow torch's backward (`Broadcast.backward` -> `ReduceAddCoalesced` ->
+`comm.reduce_add_coalesced`, which the emulation runs): every device holding a replica holds that
+replica's "gradients" and, while they are reduced, a "flattened gradients" copy of them
+(`_flatten_dense_tensors`, one buffer per <= 10 MiB chunk; plus the zeros autograd hands the
+reduction for parameters that need no gradient); device 0 also holds the "reduced gradients", the
+sum, whose views become `.grad`.
 With real GPUs it is `torch.cuda.max_memory_allocated` per device, which also counts cuBLAS's
 workspace on each device (8 MiB; 32 MiB on Hopper GPUs). Both carry their `source`.
 """
@@ -19,6 +25,7 @@ from .dataparallel import EmulatedDataParallel, TimedDataParallel, _tensors
 CATEGORIES = (
     "parameters",
     "gradients",
+    "flattened gradients",
     "reduced gradients",
     "optimizer state",
     "activations",
@@ -71,6 +78,15 @@ def _nbytes(tensors) -> int:
     return sum(t.nbytes for t in tensors)
 
 
+def _storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages under `tensors` (views of one buffer count it once)."""
+    storages = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return sum(_nbytes(_tensors(state)) for state in optimizer.state.values())
 
@@ -117,10 +133,14 @@ def _measure_emulated(model, optimizer, inputs, targets, loss_fn) -> MemoryRepor
             rows["activations"] = measure["activations"][d]
             rows["outputs"] = measure["outputs"][d]
             rows["gradients"] = trainable_bytes  # each replica's own, computed on its device
+            # reduce_add_coalesced flattens each device's gradients into a buffer of their own (measured in
+            # the emulation's backward, which runs torch's reduce_add_coalesced)
+            rows["flattened gradients"] = measure.get("flattened gradients", {}).get(d, 0)
             if d == 0:
-                # ReduceAddCoalesced builds the sum on device 0 while replica 0's gradients are alive;
-                # only device 0 keeps it, as .grad
-                rows["reduced gradients"] = _nbytes(p.grad for p in module.parameters() if p.grad is not None)
+                # ReduceAddCoalesced builds the sum on device 0 while replica 0's gradients are alive; only
+                # device 0 keeps it: .grad are views of the flat sum (counted once per storage, so a frozen
+                # parameter's zeros count when they share it)
+                rows["reduced gradients"] = _storage_bytes(p.grad for p in module.parameters() if p.grad is not None)
                 rows["optimizer state"] = optimizer_state_bytes(optimizer)
                 rows["inputs"] = _nbytes(_tensors(inputs)) + _nbytes(_tensors(targets))
                 rows["gathered outputs"] = measure["gathered"]

@@ -16,7 +16,7 @@ import importlib.util
 import time
 
 from . import fresh, hardware
-from ._validate import boolean, one_of, positive_int
+from ._validate import boolean, one_of, positive_int, positive_number
 
 MISSING = ("torch_xla is not installed here. It ships wheels for Linux x86-64 only (not macOS or Windows): "
            "the XLA part of this lesson needs Linux, Colab, Kaggle or a TPU VM. Everything else still runs.")
@@ -148,6 +148,61 @@ def count_compiles_each(experiments) -> list[dict]:
         raise ValueError(f"experiments must be a list of dicts of count_compiles' arguments, without features; "
                          f"got {experiments!r}")
     return [count_compiles(**experiment, features=8 + i) for i, experiment in enumerate(experiments)]
+
+
+def autocast_bf16(steps: int = 10, batch: int = 64, lr: float = 0.2, seed: int = 0) -> dict:
+    """bf16 mixed precision on this process's XLA device, with `torch.autocast("xla", dtype=torch.bfloat16)`.
+
+    bf16 is the TPU's own 16-bit format (its matrix units multiply bf16 and accumulate in fp32), with fp32's range:
+    no GradScaler. The same autocast runs on XLA:CPU, where it shows what is cast
+    but not the TPU's speed (`torch_xla.amp.autocast` refuses the CPU). Call it in an XLA process:
+    `xla.run(xla.autocast_bf16)`.
+
+    Returns {"device_type", "dtypes": {op: dtype name} for lesson 3's probe ops (`amp.probe_ops`) under XLA
+    autocast, "losses": {"fp32": [...], "bf16": [...]} for `steps` SGD steps (learning rate `lr`) of one
+    seeded MLP(16, 64, 2) per precision on the same batches of `batch` rows, "max_rel_diff": the largest
+    relative difference between the two loss curves, "loss_dtype": the dtype of the loss computed under
+    autocast, "fp32_matmul_precision": torch_xla's precision for fp32 matrix products
+    (`torch_xla.backends.get_mat_mul_precision()`: on a TPU "default" multiplies them in bf16 too, "highest" in six
+    passes close to fp32), which the fp32 run used}.
+    """
+    positive_int("steps", steps)
+    positive_int("batch", batch)
+    positive_number("lr", lr)
+    positive_int("seed", seed, minimum=0)
+    import torch
+    import torch.nn.functional as F
+    import torch_xla
+    import torch_xla.backends
+    import torch_xla.runtime as xr
+
+    from . import amp, data, models
+
+    device = torch_xla.device()
+    ops = amp.probe_ops(device)
+    with torch.autocast("xla", dtype=torch.bfloat16):
+        dtypes = {name: str(op().dtype).replace("torch.", "") for name, op in ops.items()}
+    x, y = data.regression(batch * steps, 16, 2, seed=seed).tensors
+    losses, loss_dtype = {}, None
+    for name, autocast in (("fp32", False), ("bf16", True)):
+        model = models.seeded(models.MLP, seed, in_features=16, hidden=64, out_features=2).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        curve = []
+        for step in range(steps):
+            xb, yb = x[step * batch:(step + 1) * batch].to(device), y[step * batch:(step + 1) * batch].to(device)
+            optimizer.zero_grad()
+            with torch.autocast("xla", dtype=torch.bfloat16, enabled=autocast):
+                loss = F.mse_loss(model(xb), yb)
+            if autocast:
+                loss_dtype = str(loss.dtype).replace("torch.", "")
+            loss.backward()
+            optimizer.step()
+            torch_xla.sync()
+            curve.append(loss.detach())
+        losses[name] = [v.item() for v in curve]  # read after the loop: no .item() inside the step
+    diff = max(abs(a - b) / abs(a) for a, b in zip(losses["fp32"], losses["bf16"]))
+    return {"device_type": xr.device_type(), "dtypes": dtypes, "losses": losses, "max_rel_diff": diff,
+            "loss_dtype": loss_dtype, "fp32_matmul_precision": torch_xla.backends.get_mat_mul_precision()}
 
 
 def spmd_data_parallel(steps: int = 5, batch: int = 64, shard=None, seed: int = 0) -> dict:

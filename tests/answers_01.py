@@ -267,6 +267,41 @@ def data_parallel_gradients(model, x, y, n_devices):
         per_device.append(torch.autograd.grad(F.mse_loss(out, y_part, reduction="sum") / y.numel(), params))
     return [torch.stack(g).sum(0) for g in zip(*per_device)]
 ''',
+                "one thread per device, as DataParallel runs its replicas (any finishing order)": '''
+def data_parallel_gradients(model, x, y, n_devices):
+    params = list(model.parameters())
+    pieces = list(zip(x.chunk(n_devices), y.chunk(n_devices)))
+    per_device = [None] * len(pieces)
+    start = threading.Barrier(len(pieces))
+
+    def replica(i, x_part, y_part):
+        start.wait()
+        part_loss = F.mse_loss(model(x_part), y_part, reduction="sum") / y.numel()
+        per_device[i] = torch.autograd.grad(part_loss, params)
+
+    threads = [threading.Thread(target=replica, args=(i, *piece)) for i, piece in enumerate(pieces)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [sum(g) for g in zip(*per_device)]
+''',
+                "the devices' pieces from the last to the first": gradients(
+                    split_x="reversed(x.chunk(n_devices))", split_y="reversed(y.chunk(n_devices))"),
+                "the devices' pieces in a random order": '''
+import random
+
+
+def data_parallel_gradients(model, x, y, n_devices):
+    params = list(model.parameters())
+    pieces = list(zip(x.chunk(n_devices), y.chunk(n_devices)))
+    random.Random(len(x)).shuffle(pieces)
+    total = [torch.zeros_like(p) for p in params]
+    for x_part, y_part in pieces:
+        for acc, grad in zip(total, torch.autograd.grad(F.mse_loss(model(x_part), y_part, reduction="sum") / y.numel(), params)):
+            acc += grad
+    return total
+''',
             },
             "wrong": {
                 "mean of the chunks' mean losses": gradients(loss="F.mse_loss(model(x_part), y_part) / n_devices"),
@@ -287,6 +322,16 @@ def data_parallel_gradients(model, x, y, n_devices):
                 "mean instead of sum of the device gradients": gradients(
                     loss='F.mse_loss(model(x_part), y_part, reduction="sum") / y.numel()',
                     result="[t / len(x.chunk(n_devices)) for t in total]"),
+                "the reversed batch's pieces: the right sizes, other rows": gradients(
+                    split_x="x.flip(0).chunk(n_devices)", split_y="y.flip(0).chunk(n_devices)"),
+                "a warm-up forward on device 0's piece: the model runs twice there": '''
+def data_parallel_gradients(model, x, y, n_devices):
+    params = list(model.parameters())
+    with torch.no_grad():
+        model(x.chunk(n_devices)[0])  # warm-up
+    outputs = torch.cat([model(part) for part in x.chunk(n_devices)])
+    return list(torch.autograd.grad(F.mse_loss(outputs, y), params))
+''',
                 "round-robin rows": gradients(split_x="[x[d::n_devices] for d in range(min(n_devices, len(x)))]",
                                               split_y="[y[d::n_devices] for d in range(min(n_devices, len(y)))]"),
             },

@@ -439,6 +439,7 @@ def global_batch_and_lr(per_device_batch, world_size, accumulation_steps, base_l
     batch = per_device_batch * world_size * accumulation_steps
     return int(batch), float(Fraction(batch, base_batch) * Fraction(base_lr))
 ''',
+    "the rate per sample, times the global batch": scaling(result="batch, base_lr / base_batch * batch"),
 }
 
 SCALING_WRONG = {
@@ -449,6 +450,8 @@ SCALING_WRONG = {
     "returns a list": scaling(result="[batch, float(base_lr * batch / base_batch)]"),
     "scales by the number of processes only": scaling(result="batch, float(base_lr * world_size)"),
     "integer ratio": scaling(result="batch, float(base_lr * (batch // base_batch))"),
+    "rounded to 4 decimals": scaling(result="batch, round(base_lr * batch / base_batch, 4)"),
+    "rounded to 6 significant digits": scaling(result='batch, float(f"{base_lr * batch / base_batch:.6g}")'),
 }
 
 # ---- Exercise 7: a complete DDP worker ---------------------------------------------------------------------
@@ -501,6 +504,10 @@ WORKER_RIGHT = {
         zero_grad="optimizer.zero_grad(set_to_none=False)",
         reduce="dist.reduce(mean_loss, dst=0); mean_loss /= world_size; dist.broadcast(mean_loss, src=0)",
         mean="mean_loss.item()"),
+    "epochs numbered from 1": worker(set_epoch="sampler.set_epoch(epoch + 1)"),
+    "leaves the group in a finally": worker().replace("    dist.destroy_process_group()\n", "").replace(
+        "    dataset = cfg.dataset()\n", "    try:\n        return train_and_reduce(rank, world_size, cfg)\n    finally:\n"
+        "        dist.destroy_process_group()\n\n\ndef train_and_reduce(rank, world_size, cfg):\n    dataset = cfg.dataset()\n"),
 }
 
 WORKER_WRONG = {
@@ -513,6 +520,9 @@ WORKER_WRONG = {
     "no zero_grad": worker(zero_grad="pass"),
     "the loss as a tensor": worker(mean="mean_loss / world_size"),
     "its own DistributedSampler, ignoring cfg's seed": worker(sampler="DistributedSampler(dataset)"),
+    "never leaves the process group (step 5)": worker().replace("    dist.destroy_process_group()\n", ""),
+    "each rank its own epoch numbers": worker(set_epoch="sampler.set_epoch(epoch + rank)"),
+    "the same epoch number every epoch": worker(set_epoch="sampler.set_epoch(1)"),
 }
 
 # ---- Quiz ------------------------------------------------------------------------------------------------

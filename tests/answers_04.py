@@ -122,6 +122,22 @@ def my_accelerate_worker(n_samples, batch_size, epochs, lr, seed):
     accelerator.wait_for_everyone()
     return {k: v.detach().clone().cpu() for k, v in accelerator.unwrap_model(net).state_dict().items()}
 ''',
+                "the accelerator's own step counter: a step every gradient_accumulation_steps batches": '''
+def my_accelerate_worker(n_samples, batch_size, epochs, lr, seed):
+    accelerator = accel.accelerator()
+    model = accel.model(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    loader = DataLoader(accel.dataset(n_samples, seed), batch_size=batch_size)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for _ in range(epochs):
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(F.mse_loss(model(x), y))
+                if accelerator.sync_gradients:
+                    optimizer.step()
+                    optimizer.zero_grad()
+    return {k: v.cpu() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+''',
             },
             "wrong": {
                 "the loader is not prepared: each process trains on everything": worker(
@@ -131,6 +147,13 @@ def my_accelerate_worker(n_samples, batch_size, epochs, lr, seed):
                 "no zero_grad": worker(zero_grad="pass"),
                 "lr scaled by the number of processes (lesson 2's rule)": worker(lr="lr * accelerator.num_processes"),
                 "one epoch whatever epochs says": worker(epochs="1"),
+                "loss.backward() instead of accelerator.backward(loss)": worker().replace(
+                    "accelerator.backward(loss)", "loss.backward()"),
+                "loss.backward() inside accelerator.accumulate(model)": worker().replace(
+                    "            loss = F.mse_loss(model(x), y)\n            accelerator.backward(loss)\n"
+                    "            optimizer.step()\n            optimizer.zero_grad()\n",
+                    "            with accelerator.accumulate(model):\n                loss = F.mse_loss(model(x), y)\n"
+                    "                loss.backward()\n                optimizer.step()\n                optimizer.zero_grad()\n"),
             },
         },
         "gather": {
@@ -200,6 +223,16 @@ def accelerate_env(tpu_present):
         env["PJRT_DEVICE"] = "CPU"
     return env
 ''',
+                "PJRT_DEVICE=TPU on a TPU: torch_xla's TPU runtime named": '''
+def accelerate_env(tpu_present):
+    return {"PJRT_DEVICE": "TPU"} if tpu_present else {"USE_TORCH_XLA": "0"}
+''',
+                "on a TPU: USE_TORCH_XLA=1, PJRT_DEVICE=TPU, ACCELERATE_USE_CPU=false": '''
+def accelerate_env(tpu_present):
+    if tpu_present:
+        return {"USE_TORCH_XLA": "1", "PJRT_DEVICE": "TPU", "ACCELERATE_USE_CPU": "false"}
+    return {"USE_TORCH_XLA": "no"}
+''',
             },
             "wrong": {
                 "USE_TORCH_XLA=0 even on a TPU": '''
@@ -225,6 +258,14 @@ def accelerate_env(tpu_present):
                 "PJRT_DEVICE=CPU on the TPU too": '''
 def accelerate_env(tpu_present):
     return {"PJRT_DEVICE": "CPU"} if tpu_present else {"USE_TORCH_XLA": "0", "PJRT_DEVICE": "CPU"}
+''',
+                "on a TPU, a USE_TORCH_XLA that Accelerate cannot read": '''
+def accelerate_env(tpu_present):
+    return {"USE_TORCH_XLA": "tpu"} if tpu_present else {"USE_TORCH_XLA": "0"}
+''',
+                "on a TPU, Accelerate's device forced to the CPU": '''
+def accelerate_env(tpu_present):
+    return {"PJRT_DEVICE": "TPU", "ACCELERATE_TORCH_DEVICE": "cpu"} if tpu_present else {"USE_TORCH_XLA": "0"}
 ''',
             },
         },
@@ -373,6 +414,10 @@ def tpu_batch(global_batch, cores):
             "right": {
                 "the solution": quiz(),
                 'devices="auto"': quiz(q1={"accelerator": "tpu", "devices": "auto"}),
+                'strategy="xla", the one Lightning picks for 8 devices': quiz(
+                    q1={"accelerator": "tpu", "devices": 8, "strategy": "xla"}),
+                "the defaults spelled out": quiz(
+                    q1={"accelerator": "tpu", "devices": 8, "strategy": "auto", "precision": "32-true", "num_nodes": 1}),
                 "written as calls, (b), q5 computed": '''
 quiz = dict(q1=dict(devices=8, accelerator="tpu"), q2="(b)", q3=False, q4=1, q5=len(set([32] * 99 + [20])))
 ''',
@@ -385,6 +430,10 @@ quiz = dict(q1=dict(devices=8, accelerator="tpu"), q2="(b)", q3=False, q4=1, q5=
                 "--num_processes 2 starts 2": quiz(q4=2),
                 "one compilation per step": quiz(q5=100),
                 "devices as a float": quiz(q1={"accelerator": "tpu", "devices": 8.0}),
+                "a strategy that shards the model (FSDP), not data parallel": quiz(
+                    q1={"accelerator": "tpu", "devices": 8, "strategy": "xla_fsdp"}),
+                "bf16 weights: another run": quiz(q1={"accelerator": "tpu", "devices": 8, "precision": "bf16-true"}),
+                "8 hosts (num_nodes)": quiz(q1={"accelerator": "tpu", "devices": 8, "num_nodes": 8}),
             },
         },
     },

@@ -132,3 +132,33 @@ def test_the_device_probe_passes_on_only_the_variables_that_choose_a_device():
     for name in ("LD_PRELOAD", "PYTHONPATH", "PATH", "TPU_LIBRARY_PATH", "ACCELERATE_CONFIG_FILE", "HOME",
                  "ACCELERATE_PLUGIN_PATH", "XLA_FLAGS", "PYTHONSTARTUP", "BASH_ENV"):
         assert not accel._steers_device(name), name
+
+
+def test_tpu_env_problem_judges_by_meaning_without_a_tpu():
+    for env in ({}, {"PJRT_DEVICE": "TPU"}, {"USE_TORCH_XLA": "1"}, {"USE_TORCH_XLA": "True", "ACCELERATE_USE_CPU": "no"},
+                {"USE_TORCH_XLA": "yes", "PJRT_DEVICE": "TPU", "ACCELERATE_USE_CPU": "0"}):
+        assert accel.tpu_env_problem(env) is None, env
+    for env, named in (({"USE_TORCH_XLA": "0"}, "USE_TORCH_XLA"), ({"USE_TORCH_XLA": "maybe"}, "USE_TORCH_XLA"),
+                       ({"USE_TORCH_XLA": " 1"}, "USE_TORCH_XLA"), ({"PJRT_DEVICE": "CPU"}, "PJRT_DEVICE"),
+                       ({"PJRT_DEVICE": "tpu"}, "PJRT_DEVICE"), ({"ACCELERATE_USE_CPU": "true"}, "ACCELERATE_USE_CPU"),
+                       ({"ACCELERATE_TORCH_DEVICE": "cpu"}, "ACCELERATE_TORCH_DEVICE"), ({"LD_PRELOAD": "x"}, "LD_PRELOAD")):
+        assert named in accel.tpu_env_problem(env), env
+    with pytest.raises(ValueError, match="env"):
+        accel.tpu_env_problem({"USE_TORCH_XLA": 1})
+
+
+def test_accumulation_references_tell_accelerator_backward_from_loss_backward():
+    """Launched with ACCELERATE_GRADIENT_ACCUMULATION_STEPS (as accelerate launch --gradient_accumulation_steps sets it),
+    Accelerate's loop inside accumulate() and outside it each give one of the references; loss.backward() neither."""
+    args = (64, 8, 1, 0.1, 0)
+    refs = accel.accumulation_references(*args, 2, 2)
+    with_backward = accel.launch(accel.train_worker, 2, args=(*args, "no", 1), env={"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "2"})
+    assert ddp.same_state(with_backward[0]["state"], refs["accumulate"])  # train_worker steps inside accumulate()
+    plain = accel.reference(*args)["state"]  # what loss.backward() without accumulate() trains
+    assert not ddp.same_state(plain, refs["every batch"]) and not ddp.same_state(plain, refs["accumulate"])
+    assert ddp.same_state(refs["every batch"], accel.reference(64, 8, 1, 0.05, 0)["state"], atol=0)
+    with pytest.raises(ValueError, match="n_samples"):
+        accel.accumulation_references(48, 8, 1, 0.1, 0, 2, 2)
+    with pytest.raises(ValueError, match="env"):
+        accel.launch(accel.train_worker, 2, env={"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": 2})
+

@@ -106,7 +106,7 @@ def test_a_flag_names_the_exercise_in_the_graders_words_and_nothing_the_student_
     answer = next(c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "split_sizes")
     answer.source = "def my_split_sizes(n, k):\n    return [len(c) for c in torch._C._VariableFunctions.chunk(torch.arange(n), k)]"
     graded.cells.insert(3, nbformat.v4.new_code_cell("HYPERLINK_ = getattr(torch, '=HYPERLINK(\"x\")' + '')"))
-    flags = audit.audit(audit.student_cells(solution, graded, judge.for_kernel))
+    flags = audit.audit(judge.student_cells(solution, graded))
     assert any(f.startswith("the answer to split_sizes: ") for f in flags), flags
     assert any(f.startswith("code cell ") for f in flags), flags
     assert not any("HYPERLINK" in f for f in flags)
@@ -120,7 +120,7 @@ def test_the_solutions_and_the_released_notebooks_are_not_flagged(lesson):
     cells = [(f"the answer to {g}", c.source, audit.FORBIDDEN_IN.get(g, set())) for c in solution.cells
              if (g := c.metadata.get("nbgrader", {}).get("grade_id")) and c.metadata["nbgrader"].get("solution")]
     assert audit.audit(cells) == []
-    assert audit.audit(audit.student_cells(solution, released, judge.for_kernel)) == []
+    assert audit.audit(judge.student_cells(solution, released)) == []
 
 
 def test_the_judge_flags_what_the_audit_finds():
@@ -129,3 +129,13 @@ def test_the_judge_flags_what_the_audit_finds():
     graded.cells.insert(3, nbformat.v4.new_code_cell("import sys\nsys.modules['helpers.grading'] = None"))
     result = judge.judge(solution, graded)
     assert any("code cell" in f for f in result["flags"]), result["flags"]
+
+
+def test_a_module_the_instructors_notebook_imports_is_the_courses_even_where_it_is_not_installed():
+    """A grader without torch_xla (torch 2.14) still knows the lesson's `import torch_xla` is no student's module."""
+    solution = nbformat.read(REPO / "solutions" / "04-accelerate-tpu" / "04-accelerate-tpu.ipynb", as_version=4)
+    course = audit.course_modules(solution)
+    assert {"torch", "torch_xla", "helpers"} <= course
+    cell = [("the answer to spmd", "import not_installed_anywhere.spmd as xs", set())]
+    assert audit.audit(cell)
+    assert audit.audit(cell, course | {"not_installed_anywhere"}) == []

@@ -422,10 +422,10 @@ def _lesson1_namespace():
     import os
     import threading
 
-    from helpers import checkpoints, data, grading, memory, plotting
+    from helpers import checkpoints, compare, data, grading, memory, plotting
 
     return dict(torch=torch, F=F, nn=nn, dp=dp, models=models, memory=memory, checkpoints=checkpoints, data=data,
-                plotting=plotting, grading=grading, os=os, threading=threading)
+                plotting=plotting, grading=grading, compare=compare, os=os, threading=threading)
 
 
 @pytest.mark.parametrize("grade_id, answer", [
@@ -456,3 +456,36 @@ def test_lesson1_gradients_test_accepts_model_forward():
     namespace = _lesson1_namespace()
     exec(ANSWERS["01-dataparallel"]["dp_gradients"]["right"]["model.forward instead of model(...)"], namespace)
     exec(test, namespace)  # visible and hidden
+
+
+def test_the_emulated_backward_is_torchs_reduce_add_coalesced():
+    from unittest import mock
+
+    real = dp.comm.reduce_add_coalesced
+    calls = []
+
+    def spy(inputs, destination=None, *args, **kwargs):
+        calls.append((len(inputs), destination))
+        return real(inputs, destination, *args, **kwargs)
+
+    net = models.seeded(models.MLP, in_features=8, hidden=16, out_features=2)
+    wrapped = dp.make_data_parallel(net, device_ids=[0, 1, 2], emulate=True)
+    with mock.patch.object(dp.comm, "reduce_add_coalesced", spy):
+        F.mse_loss(wrapped(torch.randn(9, 8)), torch.randn(9, 2)).backward()
+    assert calls == [(3, 0)], "one reduction of the three replicas' gradients onto device 0"
+    # like torch's: the gradients are views (.data) of one flat sum
+    assert len({p.grad.untyped_storage().data_ptr() for p in net.parameters()}) == 1
+
+
+def test_copies_of_frozen_parameters_are_not_differentiable_like_torchs_broadcast():
+    import inspect
+
+    functions = __import__("torch.nn.parallel._functions", fromlist=["Broadcast"])
+    assert "ctx.mark_non_differentiable(*non_differentiables)" in inspect.getsource(functions.Broadcast.forward)
+    net = models.seeded(models.MLP, in_features=8, hidden=16, out_features=2)
+    net[0].requires_grad_(False)
+    wrapped = dp.make_data_parallel(net, device_ids=[0, 1], emulate=True)
+    with dp._virtual_collectives():
+        replicas = nn.DataParallel.replicate(wrapped, net, [0, 1])
+    for replica in replicas:
+        assert not replica[0].weight.requires_grad and replica[2].weight.requires_grad

@@ -341,3 +341,98 @@ def test_loader_batches_records_plain_data_the_judge_checks_alone():
         ddp.loader_batches(None, 10, 3, 2)
     with pytest.raises(ValueError, match="world_size"):
         ddp.loader_batches(right, 10, 0, 2)
+
+
+def _allreduces_per_backward(rank, world_size, sizes, iterations):
+    """A model of nn.Linear layers of `sizes` under DDP: how many all-reduces (buckets) each backward launches."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = ddp.wrap(nn.Sequential(*[nn.Linear(a, b) for a, b in sizes]))
+    calls = ddp.count_allreduces(model)
+    counts = []
+    for _ in range(iterations):
+        before = calls[0]
+        model(torch.randn(4, sizes[0][0], device=launch.device())).sum().backward()
+        counts.append(calls[0] - before)
+    return {"counts": counts, "bytes": sum(p.nbytes for p in model.parameters())}
+
+
+def test_ddp_all_reduces_once_per_bucket_so_a_2_mib_model_twice_per_backward():
+    """Lesson 2: after the first iteration DDP rebuilds its buckets with the first capped at 1 MiB."""
+    assert dist._DEFAULT_FIRST_BUCKET_BYTES == 2**20
+    small = launch.launch(_allreduces_per_backward, 2, args=([(16, 32), (32, 2)], 3))[0]
+    large = launch.launch(_allreduces_per_backward, 2, args=([(512, 512), (512, 512)], 3))[0]
+    assert small["counts"] == [1, 1, 1], "a small model is one bucket: one all-reduce per backward"
+    assert 2 * 2**20 <= large["bytes"] < 25 * 2**20
+    assert large["counts"] == [1, 2, 2], "2 MiB: one 25 MiB bucket at first, then a 1 MiB first bucket and the rest"
+
+
+def _worker_numbering_epochs_from(first_epoch, leave=True):
+    """A complete worker (the exercise's) whose set_epoch counts from `first_epoch`, leaving the group or not."""
+
+    def worker(rank, world_size, cfg):
+        from datetime import timedelta
+
+        from torch.utils.data import DataLoader
+
+        dist.init_process_group(launch.plan(world_size).backend, timeout=timedelta(seconds=60))
+        dataset = cfg.dataset()
+        sampler = cfg.sampler(dataset, world_size, rank)
+        model = ddp.wrap(cfg.model())
+        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+        for epoch in range(cfg.epochs):
+            sampler.set_epoch(first_epoch + epoch)
+            for x, y in DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler):
+                optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+        mean_loss = loss.detach().clone()
+        dist.all_reduce(mean_loss)
+        state = {k: v.clone() for k, v in model.module.state_dict().items()}
+        if leave:
+            dist.destroy_process_group()
+        return {"state": state, "mean_loss": mean_loss.item() / world_size}
+
+    return worker
+
+
+def test_observed_worker_reports_the_epoch_numbers_and_whether_the_group_was_left():
+    cfg = TrainConfig(epochs=2, n_samples=64)
+    for first, leave in ((0, True), (1, True), (0, False)):
+        records = launch.launch(ddp.observed_worker, 2, args=(_worker_numbering_epochs_from(first, leave), cfg),
+                                init_process_group=False)
+        assert [r["epochs"] for r in records] == [[first, first + 1]] * 2
+        assert [r["left_group"] for r in records] == [leave] * 2
+        problem = ddp.observed_worker_problem(records, cfg, 2)
+        assert (problem is None) if leave else ("step 5" in problem and "destroy_process_group" in problem), problem
+
+
+def test_reference_train_follows_the_epoch_numbers_it_is_given():
+    cfg = TrainConfig(epochs=2, n_samples=64)
+    assert ddp.same_state(ddp.reference_train(cfg, 2, [0, 1])["state"], ddp.reference_train(cfg, 2)["state"], atol=0)
+    assert not ddp.same_state(ddp.reference_train(cfg, 2, [1, 2])["state"], ddp.reference_train(cfg, 2)["state"])
+    for bad in ([0], [0, 1.0], (0, 1), [0, True]):
+        with pytest.raises(ValueError, match="epoch_numbers"):
+            ddp.reference_train(cfg, 2, bad)
+
+
+def test_observed_worker_problem_names_the_epoch_mistakes_from_the_records_alone():
+    cfg = TrainConfig(epochs=2, n_samples=64)
+    reference = ddp.reference_train(cfg, 2, [3, 5])
+    result = {"state": reference["state"], "mean_loss": reference["losses"][-1]}
+
+    def records(*epochs, left_group=True):
+        return [{"result": result, "epochs": e, "left_group": left_group} for e in epochs]
+
+    assert ddp.observed_worker_problem(records([3, 5], [3, 5]), cfg, 2) is None  # any numbering, if the weights follow it
+    assert "different epoch numbers" in ddp.observed_worker_problem(records([3, 5], [4, 6]), cfg, 2)
+    assert "shuffled alike" in ddp.observed_worker_problem(records([3, 3], [3, 3]), cfg, 2)
+    assert "once per epoch" in ddp.observed_worker_problem(records([], []), cfg, 2)
+    assert "int" in ddp.observed_worker_problem(records([3, 5.0], [3, 5.0]), cfg, 2)
+    assert "weights differ" in ddp.observed_worker_problem(records([0, 1], [0, 1]), cfg, 2)
+    assert "step 5" in ddp.observed_worker_problem(records([3, 5], [3, 5], left_group=False), cfg, 2)
+    for wrong in (records([3, 5]), [{**records([3, 5])[0], "left_group": 1}] * 2, [{**records([3, 5])[0], "extra": 0}] * 2):
+        assert "each of the 2 ranks" in ddp.observed_worker_problem(wrong, cfg, 2)
+

@@ -1,12 +1,22 @@
-"""`make hw-check`: the figures it measures, its report, and its verdict on a failing lesson."""
+"""`make hw-check`: the figures it measures, its report, and its verdict on a failing lesson; the student notebooks
+it runs, from a checkout and from the pip-installed package (no solutions/ there), with the machine's own torch."""
 
+import importlib.metadata
 import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
 import nbformat
 import pytest
 import torch
 
-from helpers import hw_check, xla
+from helpers import hw_check, versions, xla
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_dataparallel_imbalance_is_emulated_without_gpus():
@@ -57,6 +67,14 @@ def test_report_without_notebooks(tmp_path, capsys):
     md = (tmp_path / "hw-check.md").read_text()
     assert report["lessons"] is None and report["passed"] is True
     assert report["hardware"] in md and report["date"] in md and "CPU cores" in md
+    found = report["versions"]  # what students run: the versions, from the installed distributions
+    assert found["torch"] == importlib.metadata.version("torch") and found["torch (imported)"] == torch.__version__
+    assert set(hw_check.DISTRIBUTIONS) <= set(found) and "libtpu" in found
+    low, high = versions.SUPPORTED_TORCH
+    assert report["supported_torch"] == [low, high] and report["version_problems"] == []
+    assert "## Versions" in md and f"| torch | {found['torch']} |" in md and f"Supported: torch {low} to {high}" in md
+    if found["libtpu"] is None:
+        assert "| libtpu | not installed |" in md
     figures = report["figures"]
     assert figures["fine"]["status"] == "ok" and figures["fine"]["value"] == 1.5
     assert figures["broken"]["status"] == "failed" and "RuntimeError: no such device" in figures["broken"]["error"]
@@ -133,3 +151,111 @@ def test_bad_arguments_are_rejected(kwargs, name, tmp_path):
 def test_bad_figure_arguments_are_rejected(fn, kwargs, name):
     with pytest.raises(ValueError, match=name):
         fn(**kwargs)
+
+
+def test_the_notebooks_are_the_student_versions():
+    """hw-check runs what students run: the released notebooks (a checkout's notebooks/), never the solutions."""
+    for lesson, path in hw_check.NOTEBOOKS.items():
+        assert path == REPO / "notebooks" / lesson / f"{lesson}.ipynb" and path.is_file()
+    assert list(hw_check.NOTEBOOKS) == list(hw_check.LESSONS)
+
+
+def test_exercise_and_check_cells_are_skipped(tmp_path):
+    """A student notebook's exercise stubs raise until solved: hw-check skips them (and their checks) and runs the
+    rest, in a scratch folder (what a lesson writes stays out of the notebook's folder)."""
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("open('written.txt', 'w').write('x')\nx = 1"),
+        nbformat.v4.new_code_cell("def f():\n    raise NotImplementedError()",
+                                  metadata={"nbgrader": {"solution": True, "grade": False, "grade_id": "f"}}),
+        nbformat.v4.new_code_cell("assert f() == 1, 'f'", metadata={"nbgrader": {"solution": False, "grade": True}}),
+        nbformat.v4.new_code_cell("assert x == 1, 'the explanation cells ran'"),
+    ])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "lesson.ipynb")
+    result = hw_check.run_notebook("lesson", tmp_path / "lesson.ipynb", 60)
+    assert result["passed"], result
+    assert (result["cells_run"], result["exercise_cells_skipped"]) == (2, 2)
+    assert not (tmp_path / "written.txt").exists()
+    assert nbformat.read(tmp_path / "lesson.ipynb", as_version=4).cells[1].source.startswith("def f")  # untouched
+
+
+def test_no_figures(tmp_path):
+    paths = {"tiny": _notebook(tmp_path / "tiny.ipynb", "x = 1")}
+    assert hw_check.main(["--out", str(tmp_path / "out"), "--no-figures"], paths=paths, figures=_fake_figures()) == 0
+    report = json.loads((tmp_path / "out" / "hw-check.json").read_text())
+    assert report["figures"] == {} and "Not measured (--no-figures)." in (tmp_path / "out" / "hw-check.md").read_text()
+
+
+def _make_n(*args) -> str:
+    out = subprocess.run(["make", "-n", "hw-check", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_make_hw_check_uses_a_python_that_has_torch():
+    """On Colab, Kaggle or a GPU image make hw-check runs with the runtime's own torch: no .venv/ with the pinned
+    stack installed over it. Only a Python without torch gets the course's .venv/."""
+    own = _make_n(f"PYTHON={sys.executable}", "HW_CHECK_ARGS=--no-figures")
+    assert f"{sys.executable} -m helpers.hw_check --no-figures" in own.splitlines()
+    assert "--no-print-directory setup" not in own
+    named = _make_n("HW_CHECK_PYTHON=/opt/their/python")
+    assert "/opt/their/python -m helpers.hw_check " in named.splitlines() and "--no-print-directory setup" not in named
+    bare = _make_n("PYTHON=/no/such/python")
+    assert "--no-print-directory setup" in bare and ".venv/bin/python -m helpers.hw_check " in bare.splitlines()
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The helpers package as pip installs it from the repository (a wheel built from a copy of what it is made
+    of), unpacked into a folder of its own: PYTHONPATH to it imports that copy, never the checkout."""
+    tmp = tmp_path_factory.mktemp("installed")
+    source = tmp / "source"
+    source.mkdir()
+    shutil.copy(REPO / "pyproject.toml", source)
+    for folder in ("helpers", "notebooks"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp / "wheels"),
+                            str(source)], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    (wheel,) = (tmp / "wheels").glob("multi_device_course_helpers-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        z.extractall(tmp / "site")
+    for lesson in hw_check.LESSONS:
+        assert f"helpers/notebooks/{lesson}/{lesson}.ipynb" in names
+    assert not [n for n in names if "solutions" in n or n.startswith(("graders/", "tests/"))], names
+    cwd = tmp / "elsewhere"  # no solutions/, no notebooks/, no helpers/ here
+    cwd.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(tmp / "site"), "OMP_WAIT_POLICY": "PASSIVE"}
+    return tmp / "site", cwd, env
+
+
+def test_the_package_ships_the_student_notebooks(installed):
+    site, _, _ = installed
+    for lesson in hw_check.LESSONS:
+        shipped = nbformat.read(site / "helpers" / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+        assert shipped == nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+
+
+def test_hw_check_runs_from_the_pip_installed_package(installed):
+    """`python -m helpers.hw_check` where the helpers are pip-installed (the setup cell's way on Colab or Kaggle):
+    it finds the student notebooks in the package, runs them with this Python's torch, and needs no checkout."""
+    site, cwd, env = installed
+    where = subprocess.run([sys.executable, "-c", "import helpers.hw_check as h; print(h.__file__); print(h.NOTEBOOKS)"],
+                           cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0 and where.stdout.startswith(str(site / "helpers")), where.stdout + where.stderr
+    assert str(REPO) not in where.stdout
+    help_ = subprocess.run([sys.executable, "-m", "helpers.hw_check", "--help"], cwd=cwd, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert help_.returncode == 0 and "--lessons" in help_.stdout and "01-dataparallel" in help_.stdout
+    out = subprocess.run([sys.executable, "-m", "helpers.hw_check", "--lessons", "01-dataparallel", "--no-figures",
+                          "--out", "report", "--cell-timeout", "300"],
+                         cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    report = json.loads((cwd / "report" / "hw-check.json").read_text())
+    (lesson,) = report["lessons"]
+    assert out.returncode == 0 and lesson["passed"], (lesson, out.stderr[-3000:])
+    assert lesson["notebook"] == str(site / "helpers" / "notebooks" / "01-dataparallel" / "01-dataparallel.ipynb")
+    assert lesson["exercise_cells_skipped"] > 0 and lesson["cells_run"] > 0
+    assert report["versions"]["torch (imported)"] == torch.__version__
+    assert "| 01-dataparallel | pass |" in (cwd / "report" / "hw-check.md").read_text()
+    assert sorted(p.name for p in cwd.iterdir()) == ["report"], "the lesson wrote nothing where it was started"

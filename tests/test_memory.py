@@ -73,7 +73,11 @@ def test_frozen_parameters_have_no_gradients():
                                  torch.randn(8, 2), F.mse_loss)
     trainable = sum(q.nbytes for q in net.parameters() if q.requires_grad)
     assert [d["gradients"] for d in report.per_device] == [trainable] * 2
-    assert [d["reduced gradients"] for d in report.per_device] == [trainable, 0]
+    # torch reduces zeros for the frozen parameters too (autograd materialises them for Broadcast's
+    # non-differentiable outputs), and the trainable .grad are views of that one flat sum: all of it stays alive
+    everything = sum(q.nbytes for q in net.parameters())
+    assert [d["reduced gradients"] for d in report.per_device] == [everything, 0]
+    assert [d["flattened gradients"] for d in report.per_device] == [(everything - trainable) + everything] * 2
 
 
 def test_cuda_report_synchronizes_every_device_and_names_cublas_workspace():
@@ -138,3 +142,35 @@ def test_bad_arguments():
         memory.measure_step(wrapped, opt, x, y, "mse")
     with pytest.raises(ValueError, match="model"):
         memory.measure_step(dp.make_data_parallel(net, device_ids=[0], emulate=True), opt, x, y, F.mse_loss)
+
+
+def test_every_replica_device_holds_a_flat_copy_of_its_gradients_while_they_are_reduced():
+    # reduce_add_coalesced flattens each device's gradients (_flatten_dense_tensors) and sums the flat buffers
+    comm = importlib.import_module("torch.nn.parallel.comm")
+    source = inspect.getsource(comm.reduce_add_coalesced)
+    assert "_flatten_dense_tensors(chunk) for chunk in chunks" in source and "reduce_add(flat_tensors, destination)" in source
+    assert "_unflatten_dense_tensors(flat_result, chunks[0])" in source and "output.append(t.data)" in source
+    net, report = _report("sgd", n=48, k=3, in_features=10, hidden=16, out_features=3)
+    p = _param_bytes(net)
+    assert [d["flattened gradients"] for d in report.per_device] == [p, p, p]
+    assert report.primary_extra_bytes == 4 * 48 * (10 + 3) - 4 * 16 * 10 + 4 * 48 * 3 + 4 + p  # lesson 1's exercise 4
+    # .grad are views of the one flat sum, as torch's unflattened outputs are
+    assert len({q.grad.untyped_storage().data_ptr() for q in net.parameters()}) == 1
+    _, report = _report("sgd", n=6, k=4)  # 3 replicas: device 3 holds no copy
+    assert [d["flattened gradients"] > 0 for d in report.per_device] == [True, True, True, False]
+
+
+def test_flat_buffers_follow_torchs_10_mib_chunks():
+    comm = importlib.import_module("torch.nn.parallel.comm")
+    assert inspect.signature(comm.reduce_add_coalesced).parameters["buffer_size"].default == 10 * 2**20
+    net = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 2048), torch.nn.ReLU(),
+                              torch.nn.Linear(2048, 1536))
+    wrapped = dp.make_data_parallel(net, device_ids=[0, 1], emulate=True)
+    report = memory.measure_step(wrapped, torch.optim.SGD(wrapped.parameters(), lr=0.1), torch.randn(4, 1024),
+                                 torch.randn(4, 1536), F.mse_loss)
+    # torch._utils._take_tensors cuts the gradients into chunks of at most 10 MiB: [w1, b1] 4 MiB + 4 KiB,
+    # [w2, b2] 8 MiB + 8 KiB, [w3] 12 MiB, [b3] 6 KiB. A one-tensor chunk is only viewed, not copied; a chunk's
+    # flat buffer is still referenced while the next one is built: the peak is w1's and w2's chunks together
+    mib, kib = 2**20, 2**10
+    assert [d["flattened gradients"] for d in report.per_device] == [12 * mib + 12 * kib] * 2
+    assert report.per_device[0]["reduced gradients"] == _param_bytes(net)

@@ -265,7 +265,7 @@ def _check_part_b_output(printed: str, devices: str) -> None:
     assert f"this machine's {devices} XLA device(s)" in printed
     if devices == "1":
         assert "{replicated}" in printed and "8 virtual XLA:CPU devices" in printed
-    assert "Shardy" in printed, "B7 points at the GSPMD -> Shardy warning: B4 must show it"
+    assert "Shardy" in printed, "B8 points at the GSPMD -> Shardy warning: B4 must show it"
 
 
 @needs_xla
@@ -333,3 +333,37 @@ def test_lesson_4s_per_device_example_is_a_script_that_runs_as_written(repo):
     undefined = used - assigned - imported - {"MyModel", "make_loader", "index"} - set(dir(__builtins__))
     assert not undefined, undefined
     assert "optimizer" in assigned and 'if __name__ == "__main__":' in block and "torch_xla.launch(train_per_device)" in block
+
+
+# ---- bf16 on GPUs without bf16 tensor cores (Colab's and Kaggle's T4) --------------------------
+
+
+@pytest.mark.parametrize("gpu, support", [
+    (("Tesla T4", (7, 5)), "emulated"),              # Colab's T4, Kaggle's 2xT4
+    (("Tesla V100-SXM2-16GB", (7, 0)), "emulated"),
+    (("NVIDIA A100-SXM4-40GB", (8, 0)), "native"),
+    (("NVIDIA H100 80GB HBM3", (9, 0)), "native"),
+    (("GPU", None), None),                           # a driver that does not report the capability
+])
+def test_bf16_is_native_only_from_compute_capability_8(machine, gpu, support):
+    """torch.cuda.is_bf16_supported() says True on a T4 (it can create bf16 tensors), but sm 7.5 has no bf16
+    tensor cores: what the course reports must say emulated."""
+    hw = machine(gpus=1, gpu=gpu)
+    assert hw.gpus[0].bf16_support == support
+    note = hw.bf16_note()
+    assert note.startswith(f"bf16 on cuda:0 ({gpu[0]}")
+    assert ("EMULATED" in note) == (support == "emulated") and ("native" in note) == (support == "native")
+    if support:
+        assert f"bf16 {support}" in str(hw.gpus[0]) and f"bf16 {support}" in hw.summary()
+    assert "CPU" in machine(gpus=0).bf16_note()
+
+
+def test_lesson_3_tells_a_t4_student_that_bf16_runs_emulated(repo, machine):
+    import nbformat
+
+    nb = nbformat.read(repo / "solutions" / "03-amp" / "03-amp.ipynb", as_version=4)
+    setup = next(c.source for c in nb.cells if c.cell_type == "code" and "DEVICE = amp.device_type()" in c.source)
+    assert "hw.bf16_note()" in setup, "the setup cell prints what bf16 is on this GPU"
+    text = " ".join(_lesson_text(repo, "03-amp").split())
+    assert "A **T4**" in text and "*emulated*" in text and "torch.cuda.is_bf16_supported()" in text
+    assert "EMULATED" in machine(gpus=1, gpu=("Tesla T4", (7, 5))).bf16_note()

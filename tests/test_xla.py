@@ -398,3 +398,49 @@ def test_the_demo_reads_the_sampler_of_a_plain_loader_and_refuses_anything_else(
     assert lightning_demo.sampler_report(loader, 0)["indices"] == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="loader"):
         lightning_demo.sampler_of([1, 2])
+
+
+# ---- lesson 4, B6: bf16 mixed precision on XLA -------------------------------------------------
+
+
+def test_autocast_bf16_refuses_bad_arguments():
+    for kwargs, name in [({"steps": 0}, "steps"), ({"batch": 1.5}, "batch"), ({"lr": 0}, "lr"), ({"lr": "0.1"}, "lr"),
+                         ({"seed": -1}, "seed"), ({"steps": True}, "steps")]:
+        with pytest.raises(ValueError, match=name):
+            xla.autocast_bf16(**kwargs)  # refused before torch_xla is imported: safe in this process
+
+
+@needs_xla
+def test_bf16_autocast_on_xla_casts_matmuls_keeps_losses_fp32_and_trains_like_fp32():
+    from importlib.metadata import version
+
+    r = xla.run(xla.autocast_bf16, steps=4)
+    dtypes = r["dtypes"]
+    assert r["device_type"] in ("CPU", "TPU")
+    assert dtypes["linear"] == dtypes["matmul"] == dtypes["conv2d"] == "bfloat16"
+    assert dtypes["mse_loss(linear)"] == dtypes["cross_entropy(linear)"] == r["loss_dtype"] == "float32"
+    if version("torch_xla").startswith("2.9."):  # what B6's text says of torch_xla 2.9
+        assert dtypes["softmax(linear)"] == "float32"
+        assert dtypes["layer_norm(linear)"] == dtypes["sum(linear)"] == dtypes["exp(linear)"] == "bfloat16"
+        assert r["fp32_matmul_precision"] == "default"
+    fp32, bf16 = r["losses"]["fp32"], r["losses"]["bf16"]
+    assert len(fp32) == len(bf16) == 4 and fp32 != bf16, "the bf16 run really computed in bf16"
+    assert 0 < r["max_rel_diff"] < 0.05
+
+
+def _lesson_4_cell(repo, needle):
+    import nbformat
+
+    nb = nbformat.read(repo / "solutions" / "04-accelerate-tpu" / "04-accelerate-tpu.ipynb", as_version=4)
+    return next(c for c in nb.cells if c.cell_type == "code" and needle in c.source)
+
+
+def test_lesson_4s_bf16_cell_is_in_part_b_and_says_so_when_torch_xla_is_missing(repo, capsys):
+    import nbformat
+
+    nb = nbformat.read(repo / "solutions" / "04-accelerate-tpu" / "04-accelerate-tpu.ipynb", as_version=4)
+    cell = _lesson_4_cell(repo, "xla.autocast_bf16")
+    part_b = next(i for i, c in enumerate(nb.cells) if c.source.startswith("# Part B"))
+    assert nb.cells.index(cell) > part_b and not cell.metadata.get("nbgrader"), "an explanation cell of part B"
+    exec(cell.source, {"XLA": False, "xla": xla})
+    assert "skipped: torch_xla is not installed" in capsys.readouterr().out

@@ -7,7 +7,6 @@ wrapper, and mp.spawn to start the processes. `worker` must be importable: spawn
 interpreters that look it up by name.
 """
 
-import os
 from datetime import timedelta
 
 import torch
@@ -18,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from helpers.ddp_scripts import common
+from helpers.hardware import threads_per_rank
 from helpers.launch import free_port
 
 
@@ -29,7 +29,7 @@ def worker(rank, world_size, args, port):
     if use_gpu:
         torch.cuda.set_device(device)
     else:
-        torch.set_num_threads(max(1, os.cpu_count() // world_size))
+        torch.set_num_threads(threads_per_rank(world_size))  # the cores this process may use, shared out
 
     dataset = common.dataset(args.seed)
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)

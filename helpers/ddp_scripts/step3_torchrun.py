@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from helpers.ddp_scripts import common
+from helpers.hardware import threads_per_rank
 
 
 def main():
@@ -26,7 +27,7 @@ def main():
     if use_gpu:
         torch.cuda.set_device(device)
     else:
-        torch.set_num_threads(max(1, os.cpu_count() // int(os.environ["LOCAL_WORLD_SIZE"])))
+        torch.set_num_threads(threads_per_rank(int(os.environ["LOCAL_WORLD_SIZE"])))  # this machine's ranks share its cores
 
     dataset = common.dataset(args.seed)
     sampler = DistributedSampler(dataset, shuffle=True, seed=args.seed)  # rank and world size from the group

@@ -20,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from helpers.ddp_scripts import common
+from helpers.hardware import threads_per_rank
 
 
 def main():
@@ -34,7 +35,7 @@ def main():
         group = dist.new_group(backend="nccl")  # DDP's all-reduces go over NCCL
     else:
         device, group = torch.device("cpu"), None
-        torch.set_num_threads(max(1, os.cpu_count() // int(os.environ["LOCAL_WORLD_SIZE"])))
+        torch.set_num_threads(threads_per_rank(int(os.environ["LOCAL_WORLD_SIZE"])))
 
     dataset = common.dataset(args.seed)
     sampler = DistributedSampler(dataset, shuffle=True, seed=args.seed)

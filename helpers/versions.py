@@ -1,0 +1,146 @@
+"""The torch and torch_xla versions the course supports, stated once, and what each lesson's setup cell checks.
+
+The range is what is tested: `make test` runs everything on the pinned torch 2.9.0 (requirements.txt), and
+`make test-versions` runs the solutions and their hidden tests on the oldest and the newest pair of TESTED, each
+in a virtual environment of its own. Colab's and Kaggle's runtimes bring their own torch, which the course never
+replaces: the setup cell only says so when it is outside this range. Nothing here imports torch_xla (on a TPU
+machine importing it takes the TPU), and nothing imports torch at module level: `python -m helpers.versions`
+prints TESTED for the Makefile with any Python.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import platform
+import subprocess
+import sys
+
+# The oldest and the newest torch minor the course is tested with (both ends by `make test-versions`).
+SUPPORTED_TORCH = ("2.6", "2.14")
+# torch_xla X.Y is built against torch X.Y and runs with it only. PyPI has its wheels for Linux x86-64 only,
+# for these minors, each for the Python versions given (oldest, newest).
+TORCH_XLA_WHEELS = {"2.6": ("3.10", "3.11"), "2.7": ("3.10", "3.11"), "2.8": ("3.10", "3.13"), "2.9": ("3.10", "3.13")}
+SUPPORTED_TORCH_XLA = ("2.6", "2.9")
+# What `make test-versions` installs, torch minor -> (torch, torch_xla or None): the two ends of SUPPORTED_TORCH.
+TESTED = {"2.6": ("2.6.0", "2.6.0"), "2.14": ("2.14.1", None)}
+
+
+def minor(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string: "2.9.0+cu128" -> (2, 9), "2.10.0a0+git1234" -> (2, 10)."""
+    parts = str(version).split("+")[0].split(".")
+    try:
+        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or "x")
+    except (IndexError, ValueError):
+        raise ValueError(f"not a version: {version!r}") from None
+
+
+def _name(pair: tuple[int, int]) -> str:
+    return f"{pair[0]}.{pair[1]}"
+
+
+def _installed(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def torch_problems(torch_version: str, torch_xla_version: str | None = None) -> list[str]:
+    """What is wrong with this pair of versions for the course (empty: nothing)."""
+    have, (low, high) = minor(torch_version), (minor(SUPPORTED_TORCH[0]), minor(SUPPORTED_TORCH[1]))
+    problems = []
+    if have < low:
+        problems.append(f"This runtime has torch {torch_version}, older than the course supports (torch "
+                        f"{SUPPORTED_TORCH[0]} to {SUPPORTED_TORCH[1]}): some cells may fail. Use a newer runtime, or "
+                        f"pip install \"torch>={SUPPORTED_TORCH[0]},<{high[0]}.{high[1] + 1}\" and restart the kernel.")
+    elif have > high:
+        problems.append(f"This runtime has torch {torch_version}, newer than the newest the course is tested with "
+                        f"(torch {SUPPORTED_TORCH[0]} to {SUPPORTED_TORCH[1]}): it should work; if a cell fails, please "
+                        "report it with the output of `python -m helpers.hw_check`.")
+    if torch_xla_version is not None and minor(torch_xla_version) != have:
+        problems.append(f"torch_xla {torch_xla_version} does not match torch {torch_version} (torch_xla X.Y runs "
+                        f"with torch X.Y only): the XLA cells will fail. {install_hint(torch_version)}")
+    return problems
+
+
+def torch_xla_wheel(torch_version: str, python: str | None = None, machine: str | None = None) -> str | None:
+    """Why no torch_xla wheel fits here (torch's minor, Python, Linux x86-64), or None when one does."""
+    python = python or platform.python_version()
+    machine = machine or f"{sys.platform} {platform.machine()}"
+    wanted = _name(minor(torch_version))
+    if machine not in ("linux x86_64", "linux amd64"):
+        return f"torch_xla has wheels for Linux x86-64 only, not {machine}"
+    if wanted not in TORCH_XLA_WHEELS:
+        return (f"torch_xla has no wheel for torch {wanted} (it exists for torch {SUPPORTED_TORCH_XLA[0]} to "
+                f"{SUPPORTED_TORCH_XLA[1]}, matching torch's minor)")
+    oldest, newest = TORCH_XLA_WHEELS[wanted]
+    if not minor(oldest) <= minor(python) <= minor(newest):
+        return f"torch_xla {wanted} has wheels for Python {oldest} to {newest}, not {_name(minor(python))}"
+    return None
+
+
+def torch_xla_requirement(torch_version: str, tpu: bool = False) -> str:
+    """The pip requirement of the torch_xla that runs with this torch: libtpu comes with the [tpu] extra."""
+    return f"torch_xla{'[tpu]' if tpu else ''}=={_name(minor(torch_version))}.*"
+
+
+def install_hint(torch_version: str, tpu: bool = False) -> str:
+    why_not = torch_xla_wheel(torch_version)
+    return why_not + "." if why_not else f"Install the matching one: pip install \"{torch_xla_requirement(torch_version, tpu)}\""
+
+
+def check() -> bool:
+    """The setup cell's check: print what is wrong with this runtime's torch (and torch_xla, when it is
+    installed) for the course, in plain words; True when nothing is."""
+    try:
+        import torch
+    except ImportError:
+        raise ModuleNotFoundError(f"torch is not installed in this Python ({sys.executable}): install it "
+                                  f"(torch {SUPPORTED_TORCH[0]} to {SUPPORTED_TORCH[1]}), then run this cell again.") from None
+    xla = _installed("torch_xla") if importlib.util.find_spec("torch_xla") is not None else None
+    problems = torch_problems(torch.__version__, xla)
+    for problem in problems:
+        print(problem)
+    return not problems
+
+
+def offer_torch_xla(install: bool = False) -> bool:
+    """Lesson 4's setup: where torch_xla is missing and a wheel matching this runtime's torch exists, print
+    the pip command (or run it, when `install`); on a TPU machine with the [tpu] extra, which brings libtpu.
+    True when torch_xla is importable afterwards."""
+    import torch
+
+    from . import hardware
+
+    if importlib.util.find_spec("torch_xla") is not None:
+        return True
+    why_not = torch_xla_wheel(torch.__version__)
+    if why_not:
+        print(f"torch_xla is not installed, and {why_not}: part B (XLA) will say it cannot run here; the rest runs.")
+        return False
+    requirement = torch_xla_requirement(torch.__version__, tpu=hardware.tpu_present())
+    command = [sys.executable, "-m", "pip", "install", "-q", requirement]
+    if not install:
+        print(f"torch_xla is not installed. Part B (XLA) needs it: set INSTALL_TORCH_XLA = True in this cell and run "
+              f"it again, or run\n    pip install \"{requirement}\"\n(it matches this runtime's torch "
+              f"{torch.__version__}, which stays as it is).")
+        return False
+    print(f"installing {requirement} (matching torch {torch.__version__}) ...")
+    pip = subprocess.run(command, capture_output=True, text=True)
+    if pip.returncode:
+        print(" ".join(command), "failed:\n", (pip.stdout + pip.stderr)[-3000:])
+        return False
+    importlib.invalidate_caches()
+    return importlib.util.find_spec("torch_xla") is not None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m helpers.versions`: one line per TESTED pair, "minor torch [torch_xla]" (the Makefile reads it)."""
+    for name, (torch_version, xla_version) in TESTED.items():
+        print(name, torch_version, xla_version or "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
