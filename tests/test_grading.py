@@ -127,7 +127,9 @@ def test_feedback_hides_the_hidden_tests(graded_class, lesson):
         for line in hidden:
             assert line not in lines, line
     wrong = (root / "feedback" / "wrong_quiz" / lesson / f"{lesson}.html").read_text()
-    assert "A test in this cell failed." in wrong and "The tests in this cell passed." in wrong
+    # each section names its exercise and points (the wrong quiz fails, the rest passes)
+    assert "✗ quiz (2 points): A test in this cell failed" in wrong and "✓ " in wrong
+    assert "The tests in this cell passed." in wrong
 
 
 def test_retries_share_one_time_limit(tmp_path, monkeypatch):
