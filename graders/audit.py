@@ -65,13 +65,13 @@ def audit(cells: list[tuple[str, str, set]], course_modules=frozenset()) -> list
     """Flags for the student's code cells: [(where, source, forbidden)], `where` naming the cell in the
     grader's words and `forbidden` the functions that the exercises it can serve ask to do without.
     `course_modules`: top-level modules the instructor's notebook imports (known even where not installed)."""
-    aliases = dict(ALIASES, **{_COURSE: ",".join(sorted(course_modules))})
+    aliases = dict(ALIASES)
     found = []
     for where, source, forbidden in cells:
         tree = _parse(source)
         if tree is None:  # a cell that does not compile runs nothing
             continue
-        found += [f"{where}: {rule}" for rule in _rules(tree, aliases, forbidden)]
+        found += [f"{where}: {rule}" for rule in _rules(tree, aliases, forbidden, frozenset(course_modules))]
     return list(dict.fromkeys(found))
 
 
@@ -82,9 +82,6 @@ ALIASES = {"dp": "helpers.dataparallel", "ddp": "helpers.ddp", "amp": "helpers.a
            "launch": "helpers.launch", "checkpoints": "helpers.checkpoints", "models": "helpers.models",
            "data": "helpers.data", "F": "torch.nn.functional", "nn": "torch.nn", "dist": "torch.distributed",
            "mp": "torch.multiprocessing", "plt": "matplotlib.pyplot", "json": "json", "tempfile": "tempfile"}
-
-
-_COURSE = " course modules"  # not a Python name: where the aliases carry the instructor's imports
 
 
 def course_modules(solution) -> frozenset:
@@ -114,11 +111,11 @@ def _parse(source: str):
         return None
 
 
-def _rules(tree, aliases: dict, forbidden: set):
+def _rules(tree, aliases: dict, forbidden: set, course: frozenset):
     magic_receivers = {id(node.func.value) for node in ast.walk(tree) if _is_usual_magic(node)}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield from _imports(node, aliases, forbidden)
+            yield from _imports(node, aliases, forbidden, course)
         elif isinstance(node, ast.Assign):
             _follow_alias(node, aliases)
             for target in node.targets:
@@ -136,8 +133,7 @@ def _rules(tree, aliases: dict, forbidden: set):
             yield from _name(node, aliases, forbidden)
 
 
-def _imports(node, aliases: dict, forbidden: set):
-    course = frozenset(aliases.get(_COURSE, "").split(","))
+def _imports(node, aliases: dict, forbidden: set, course: frozenset):
     if isinstance(node, ast.Import):
         for alias in node.names:
             yield from _module_rule(alias.name, course)
