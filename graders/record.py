@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 
 from graders import execute as execute_caps
-from graders import forkserver
+from graders import forkserver, redact
 from graders.course import CONFIG
 from graders.intake import MAX_NOTEBOOK_FILE_BYTES
 from graders.runs import nbgrader
@@ -91,7 +91,7 @@ class Recorder:
         except Exception as error:  # noqa: BLE001 - a bad outcome costs its submission a status, not the batch
             result.status = f"not graded: its result could not be recorded ({type(error).__name__})"
             return result
-        if not self._feedback(task, outcome.verdict):
+        if not self._feedback(task, outcome.verdict, redact.edition(notebook)):
             result.status += " (feedback failed)"
         return result
 
@@ -129,7 +129,7 @@ class Recorder:
                     gb.find_grade(cell, task.lesson, task.lesson, task.student).auto_score = 0.0
                 gb.db.commit()
 
-    def _feedback(self, task: Task, verdict: dict) -> bool:
+    def _feedback(self, task: Task, verdict: dict, lang: str = "en") -> bool:
         """The feedback page, rendered in a fork of the recorder's nbgrader server under a time and a memory limit
         (a submission decides how much there is to render)."""
         if self._feedback_server is None:
@@ -141,7 +141,11 @@ class Recorder:
                         timeout=FEEDBACK_SECONDS, env={"GRADER_VERDICTS_FILE": path}, server=self._feedback_server,
                         memory_bytes=GRADER_MEMORY_BYTES)
         page = self.root / "feedback" / task.student / task.lesson / f"{task.lesson}.html"
-        return proc.returncode == 0 and page.is_file()
+        if proc.returncode != 0 or not page.is_file():
+            return False
+        if lang != "en":  # the template's own words too (the cells' verdicts are in lang already: redact.py)
+            page.write_text(redact.in_language(page.read_text(encoding="utf-8"), lang), encoding="utf-8")
+        return True
 
     def close(self) -> None:
         if self._feedback_server is not None:

@@ -23,7 +23,9 @@ from nbconvert.filters.markdown_mistune import InvalidNotebook, IPythonRenderer,
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
-NOTICE = "Hidden tests ran here. Their code and output are not shown."
+from graders.words import ENGLISH, FRAME
+
+NOTICE = ENGLISH["notice"]
 SAFE_DATA = ("text/plain", "image/png", "image/jpeg")
 BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
@@ -49,34 +51,65 @@ SAFE_VALUES = {
 }
 
 
+def edition(nb) -> str:
+    """The submission's language: the edition its notebook says it is (i18n.catalog.LANGUAGES), else English."""
+    from i18n.catalog import LANGUAGES
+
+    lang = nb.get("metadata", {}).get("course_edition")
+    return lang if isinstance(lang, str) and lang in LANGUAGES else "en"
+
+
+def words(lang: str) -> dict:
+    from i18n.catalog import words as translated
+
+    return translated(lang)
+
+
+def in_language(page: str, lang: str) -> str:
+    """A rendered feedback page with the phrases of nbgrader's template (words.FRAME) in `lang`."""
+    if lang == "en":
+        return page
+    said = words(lang)
+    for key in FRAME:
+        page = page.replace(ENGLISH[key], said[key])
+    return page
+
+
 class RedactHiddenTests(ClearHiddenTests):
+    def preprocess(self, nb, resources):
+        self.words = words(edition(nb))
+        return super().preprocess(nb, resources)
+
     def preprocess_cell(self, cell, resources, cell_index):
         had_hidden = self.begin_test_delimeter in cell.source
         cell, resources = super().preprocess_cell(cell, resources, cell_index)
         if had_hidden:
-            cell.source = cell.source.rstrip() + f"\n# {NOTICE}"
-            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=verdict_line(cell) + "\n")]
+            said = getattr(self, "words", ENGLISH)
+            cell.source = cell.source.rstrip() + f"\n# {said['notice']}"
+            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=verdict_line(cell, said) + "\n")]
         return cell, resources
 
 
-def verdict_line(cell) -> str:
+def verdict_line(cell, said: dict = ENGLISH) -> str:
     """One line for a graded cell: the exercise, its points, passed or failed, and, when the judge said which
     property failed in words that carry no data (no digits, quotes or brackets: never a hidden input or an
     expected value), that property."""
     meta = cell.metadata.get("nbgrader", {})
     exercise = str(meta.get("grade_id", "this exercise")).removesuffix("_tests")
     points = meta.get("points", 0)
-    label = f"{exercise} ({points:g} point{'s' if points != 1 else ''})" if isinstance(points, (int, float)) else exercise
+    label = exercise
+    if isinstance(points, (int, float)):
+        label = said["points" if points != 1 else "one_point"].format(exercise=exercise, points=points)
     judged = _verdicts().get(meta.get("grade_id"), {"passed": True})
     errored = any(out.get("output_type") == "error" for out in cell.get("outputs", []))
     if not errored and judged["passed"]:
-        return f"✓ {label}: The tests in this cell passed. {NOTICE}"
+        return said["passed"].format(label=label) + " " + said["notice"]
     if errored:
-        why = "the cell stopped with an error (run it to see the visible checks' message)."
+        why = said["errored"]
     else:
         message = str(judged.get("message", ""))
-        why = f"the hidden tests found this: {message}" if _shows_no_data(message) else "the hidden tests found a problem."
-    return f"✗ {label}: A test in this cell failed: {why} {NOTICE}"
+        why = said["found"].format(message=message) if _shows_no_data(message) else said["problem"]
+    return said["failed"].format(label=label, why=why) + " " + said["notice"]
 
 
 def _shows_no_data(message: str) -> bool:

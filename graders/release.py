@@ -49,4 +49,6 @@ def release(root: Path = REPO) -> list[Path]:
                 written.append(root / "notebooks" / lesson / f"{lesson}.ipynb")
         finally:
             server.close()
-    return written
+    from i18n import catalog  # the other editions, translated from the English just written
+
+    return written + catalog.release(root)

@@ -87,7 +87,8 @@ def test_every_page_loads_every_figure_shows_and_no_link_is_broken(built, graded
 
     base, out = built
     lessons = site.lessons()
-    pages = ["index.html"] + [f"lessons/{lesson}.html" for lesson in lessons] + [f"{name}.html" for name in site.PAGES]
+    pages = [f"{prefix}{path}" for prefix, _ in site.EDITIONS.values()
+             for path in ["index.html", *(f"lessons/{lesson}.html" for lesson in lessons), *(f"{n}.html" for n in site.PAGES)]]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -103,21 +104,28 @@ def test_every_page_loads_every_figure_shows_and_no_link_is_broken(built, graded
                 local = [i for i in images if i["src"].startswith(base)]
                 assert all(i["shown"] for i in local), f"{path}: figures that do not show: {[i for i in local if not i['shown']]}"
                 assert {i["src"] for i in images if not i["src"].startswith(base)} <= BADGES, path
-                if path.startswith("lessons/"):
+                lang = "tr" if path.startswith("tr/") else "en"
+                switch = page.eval_on_selector_all("a.language-switch", "els => els.map(e => [e.hreflang, e.href])")
+                other = [(other, prefix) for other, (prefix, _) in site.EDITIONS.items() if other != lang]
+                same_page = path.removeprefix(site.EDITIONS[lang][0])
+                assert switch == [[o, f"{base}/{prefix}{same_page}"] for o, prefix in other], f"{path}: language switch {switch}"
+                if "lessons/" in path:
                     lesson = Path(path).stem
                     executed = nbformat.read(graded_class.root / "autograded" / "blank" / lesson / f"{lesson}.ipynb",
                                              as_version=4)
                     figures = [i for i in local if "/_images/" in i["src"]]
-                    assert len(figures) == _figures(site.page(lesson, executed)), f"{path}: not every figure is on the page"
+                    assert len(figures) == _figures(site.page(lesson, executed, lang=lang)), \
+                        f"{path}: not every figure is on the page"
                     hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
                     assert any("colab.research.google.com" in h for h in hrefs) and any("kaggle.com" in h for h in hrefs)
                 links |= {(path, href) for href in page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")}
             assert not errors, f"JavaScript errors: {errors}"
-            index_links = {href for where, href in links if where == "index.html"}
-            for lesson in lessons:
-                assert f"{base}/lessons/{lesson}.html" in index_links, f"the landing page does not link {lesson}"
-            for name in site.PAGES:
-                assert f"{base}/{name}.html" in index_links, f"the landing page does not link {name}"
+            for prefix, _ in site.EDITIONS.values():
+                index_links = {href for where, href in links if where == f"{prefix}index.html"}
+                for lesson in lessons:
+                    assert f"{base}/{prefix}lessons/{lesson}.html" in index_links, f"{prefix}index does not link {lesson}"
+                for name in site.PAGES:
+                    assert f"{base}/{prefix}{name}.html" in index_links, f"{prefix}index does not link {name}"
             for where, href in sorted(links):
                 _check_link(page, base, out, where, href)
         finally:

@@ -89,16 +89,20 @@ def _output_without_machine_paths(output: dict, root: Path | str = REPO) -> nbfo
     return output
 
 
-def page(lesson: str, executed: nbformat.NotebookNode | None, root: Path | str = REPO) -> nbformat.NotebookNode:
-    """The released notebook with the outputs of its explanation cells (matched by cell id), without the paths
-    of the machine that ran them (`root`: the repository there)."""
-    nb = nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+def page(lesson: str, executed: nbformat.NotebookNode | None, root: Path | str = REPO,
+         lang: str = "en") -> nbformat.NotebookNode:
+    """The released notebook (of edition `lang`) with the outputs of its explanation cells (matched by cell id:
+    the English run's outputs, where that cell's English code ran unchanged), without the paths of the machine
+    that ran them (`root`: the repository there)."""
+    english = nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+    nb = english if lang == "en" else nbformat.read(REPO / "notebooks" / lang / lesson / f"{lesson}.ipynb", as_version=4)
     outputs = {c.get("id"): c for c in executed.cells} if executed is not None else {}
+    sources = {c.get("id"): c.source for c in english.cells}
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         ran = outputs.get(cell.get("id"))
-        if ran is None or is_exercise_cell(cell) or ran.source != cell.source:
+        if ran is None or is_exercise_cell(cell) or ran.source != sources.get(cell.get("id")):
             cell.outputs, cell.execution_count = [], None
         else:
             cell.outputs = [_output_without_machine_paths(output, root) for output in ran.outputs]
@@ -116,82 +120,51 @@ def execute(lesson: str) -> nbformat.NotebookNode:
     return nb
 
 
-def page_title(name: str) -> str:
+def page_text(name: str, lang: str = "en") -> str:
+    """A page of website/pages/ in edition `lang` (i18n/<lang>/pages/<name>.po)."""
+    if lang == "en":
+        return (PAGES_DIR / f"{name}.md").read_text()
+    from i18n import catalog
+
+    return catalog.translate_page(name, lang)
+
+
+def page_title(name: str, lang: str = "en") -> str:
     """An instructors' page's title: its first line, a `# ` heading."""
-    first = (PAGES_DIR / f"{name}.md").read_text().splitlines()[0]
+    first = page_text(name, lang).splitlines()[0]
     if not first.startswith("# "):
         raise ValueError(f"website/pages/{name}.md must start with a `# ` title, not {first!r}")
     return first[2:].strip()
 
 
-def hardware_table() -> str:
+def hardware_table(lang: str = "en") -> str:
     """The full "What runs where" table (website/pages/hardware.md, before its first `## ` section)."""
-    hardware = (PAGES_DIR / "hardware.md").read_text().split("\n## ")[0]
+    hardware = page_text("hardware", lang).split("\n## ")[0]
     return "\n".join(line for line in hardware.splitlines() if line.startswith("|"))
 
 
-def landing_page(names: list[str]) -> str:
-    readme = (REPO / "README.md").read_text()
-    blurbs = dict(re.findall(r"^\d\. \*\*(.+?)\*\* — (.+)$", readme.split("## The two commands")[0], re.M))
-    table = hardware_table()
-    rows = []
-    for number, (name, (topic, blurb)) in enumerate(zip(names, blurbs.items()), start=1):
-        rows.append(f"{number}. [**{topic}**](lessons/{name}.ipynb) — {blurb} *About {STUDY_TIME.get(name, '1–2 h')}.*")
+def lesson_title(lesson: str, lang: str = "en") -> str:
+    """A lesson's title, from its notebook's first heading ("# Lesson 1 — DataParallel ..." -> after the dash)."""
+    folder = REPO / "notebooks" / (lesson if lang == "en" else f"{lang}/{lesson}")
+    first = nbformat.read(folder / f"{lesson}.ipynb", as_version=4).cells[0].source.splitlines()[0]
+    return first.lstrip("# ").split(" — ", 1)[-1].strip()
+
+
+def landing_page(names: list[str], lang: str = "en") -> str:
+    """website/pages/landing.md (in `lang`) with the lessons, the hardware table and the instructors' pages filled
+    in, and the site's navigation (captions: the landing page's own headings)."""
+    text = page_text("landing", lang)
+    rows = [f"{number}. [**{lesson_title(name, lang)}**](lessons/{name}.ipynb) — ⏱ {STUDY_TIME.get(name, '1–2 h')}"
+            for number, name in enumerate(names, start=1)]
+    instructors = "\n".join(f"- [{page_title(name, lang)}]({name}.md)" for name in PAGES)
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    captions = (headings[0], headings[-1])  # "Lessons", "For instructors"
+    text = (text.replace("%%LESSONS%%", "\n".join(rows)).replace("%%HARDWARE_TABLE%%", hardware_table(lang))
+            .replace("%%INSTRUCTORS%%", instructors))
     toctree = "\n".join(f"lessons/{name}" for name in names)
-    instructors = "\n".join(f"- [{page_title(name)}]({name}.md)" for name in PAGES)
-    instructors_toctree = "\n".join(PAGES)
-    return f"""# {TITLE}
-
-Four Jupyter lessons on training one model on several GPUs or TPU chips, with auto-graded exercises.
-Every cell runs for real on the machine you have — a laptop CPU, one or more GPUs, Colab's or Kaggle's free
-runtimes (CPU, T4, 2×T4, TPU v5e-1, TPU v5e-8) — and each lesson page has its **Open in Colab** and
-**Open in Kaggle** badges. The pages here show the student notebooks with the outputs of their explanation
-cells, run on a CPU-only machine; the exercises are left for you.
-
-## Lessons
-
-{chr(10).join(rows)}
-
-Study times are estimates, exercises included.
-
-## Prerequisites
-
-- Python and a PyTorch training loop (a model, a loss, `backward()`, an optimizer step).
-- No GPU: every lesson runs on a laptop CPU, real where the CPU can do it (DDP on gloo processes, torch_xla
-  on virtual XLA:CPU devices), emulated and labelled as such where it cannot (`nn.DataParallel`).
-- To run the course locally: Python 3.11 and GNU make, then `make lab` in a clone of
-  [the repository]({REPOSITORY}).
-
-## What runs where
-
-{table}
-
-More on the hardware, and what was run on real hardware: [What runs where](hardware.md).
-
-## For instructors
-
-Grading the exercises, running a class and the course's internals:
-
-{instructors}
-
-```{{toctree}}
-:hidden:
-:maxdepth: 1
-:caption: Lessons
-
-{toctree}
-```
-
-```{{toctree}}
-:hidden:
-:maxdepth: 1
-:caption: Instructors
-
-{instructors_toctree}
-```
-
-The course's code and text are under the MIT licence.
-"""
+    for caption, entries in zip(captions, (toctree, "\n".join(PAGES))):
+        text += f"\n```{{toctree}}\n:hidden:\n:maxdepth: 1\n:caption: {caption}\n\n{entries}\n```\n"
+    return text
 
 
 CONF = f'''project = "{TITLE}"
@@ -200,38 +173,58 @@ nb_execution_mode = "off"  # the outputs are already in the notebooks
 myst_enable_extensions = ["colon_fence"]
 html_theme = "sphinx_book_theme"
 html_title = "{TITLE}"
-html_theme_options = {{"repository_url": "{REPOSITORY}", "use_repository_button": True, "show_toc_level": 2}}
+html_theme_options = {{"repository_url": "{REPOSITORY}", "use_repository_button": True, "show_toc_level": 2,
+                       "article_header_end": ["article-header-buttons.html", "language-switch.html"]}}
+templates_path = ["_templates"]
 html_last_updated_fmt = None
 exclude_patterns = ["_build"]
 suppress_warnings = ["mystnb.unknown_mime_type"]
 '''
+# Every page links to the same page of the other edition: English at the site's root, Turkish under tr/.
+EDITIONS = {"en": ("", "English"), "tr": ("tr/", "Türkçe")}
+LANGUAGE_SWITCH = """{%- set root = '../' * pagename.count('/') + ('../' if language != 'en' else '') -%}
+{%- for lang, prefix, name in other_editions %}
+<a class="btn btn-sm language-switch" href="{{ root }}{{ prefix }}{{ pagename }}.html" hreflang="{{ lang }}"
+   lang="{{ lang }}" title="{{ name }}">{{ name }}</a>
+{%- endfor %}
+"""
 
 
 def build(out: Path, executed: Path | None = None, names: list[str] | None = None) -> Path:
-    """The site in `out`: the lessons `names` (all by default), the landing page and the instructors' pages."""
+    """The site in `out`: for each edition (English at the root, the others under <lang>/) the lessons `names`
+    (all by default), the landing page and the instructors' pages."""
     names = lessons() if names is None else names
+    ran = {}
+    for name in names:
+        if executed is not None:
+            ran[name] = nbformat.read(executed / f"{name}.ipynb", as_version=4)
+        else:
+            print(f"running {name} for its outputs", flush=True)
+            ran[name] = execute(name)
+    if out.exists():
+        shutil.rmtree(out)
+    for lang in EDITIONS:
+        _build_edition(out / EDITIONS[lang][0], names, ran, lang)
+    return out / "index.html"
+
+
+def _build_edition(out: Path, names: list[str], ran: dict, lang: str) -> None:
     with tempfile.TemporaryDirectory(prefix="site-src-") as tmp:
         src = Path(tmp)
         (src / "lessons").mkdir()
+        (src / "_templates").mkdir()
+        (src / "_templates" / "language-switch.html").write_text(LANGUAGE_SWITCH)
         for name in PAGES:
-            shutil.copy(PAGES_DIR / f"{name}.md", src / f"{name}.md")
+            (src / f"{name}.md").write_text(page_text(name, lang))
         for name in names:
-            ran = None
-            if executed is not None:
-                ran = nbformat.read(executed / f"{name}.ipynb", as_version=4)
-            else:
-                print(f"running {name} for its outputs", flush=True)
-                ran = execute(name)
-            nbformat.write(page(name, ran), src / "lessons" / f"{name}.ipynb")
-        (src / "index.md").write_text(landing_page(names))
-        (src / "conf.py").write_text(CONF)
-        if out.exists():
-            shutil.rmtree(out)
+            nbformat.write(page(name, ran[name], lang=lang), src / "lessons" / f"{name}.ipynb")
+        (src / "index.md").write_text(landing_page(names, lang))
+        others = [(other, prefix, title) for other, (prefix, title) in EDITIONS.items() if other != lang]
+        (src / "conf.py").write_text(CONF + f"language = {lang!r}\nhtml_context = {{'other_editions': {others!r}}}\n")
         build_run = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going",
                                     str(src), str(out)], capture_output=True, text=True)
         if build_run.returncode:
-            raise RuntimeError(f"sphinx-build failed:\n{build_run.stdout[-3000:]}\n{build_run.stderr[-3000:]}")
-    return out / "index.html"
+            raise RuntimeError(f"sphinx-build ({lang}) failed:\n{build_run.stdout[-3000:]}\n{build_run.stderr[-3000:]}")
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,347 @@
+"""A lesson's text as a gettext catalog, and an edition of the lesson built from it.
+
+Every markdown cell of `solutions/<lesson>/<lesson>.ipynb` is one message: its context (msgctxt) is the cell's id,
+its msgid the English source, its msgstr the translation. In code cells only the words a student reads are
+messages: the string literal of an `assert`'s message and of a `print` argument, in the part a student sees (not
+solutions, not hidden tests); context the cell's id, msgid the literal as written (an f-string with its
+placeholders). Both editions run the same code, with the same grade ids, points and hidden tests: a translated
+literal must be the same kind of literal with the same placeholders (`literal_problem`). `python -m i18n.catalog update` writes the catalogs
+anew from the English sources: a message whose English changed keeps its old translation marked fuzzy (stale),
+and a new cell comes in untranslated; a translator (Poedit, or any editor) fills them in and clears the flag.
+"""
+import argparse
+import ast
+import copy
+import re
+import string
+import sys
+from pathlib import Path
+
+from babel.messages.catalog import Catalog
+from babel.messages.pofile import read_po, write_po
+
+REPO = Path(__file__).resolve().parent.parent
+LANGUAGES = {"tr": "Türkçe"}  # the editions besides English
+LESSONS = sorted(p.name for p in (REPO / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
+PAGES = sorted(p.stem for p in (REPO / "website" / "pages").glob("*.md"))  # the site's landing page and others
+
+
+def catalog_path(lang: str, name: str) -> Path:
+    """A lesson's catalog (i18n/<lang>/<lesson>.po), a site page's (i18n/<lang>/pages/<page>.po) or the
+    grader's feedback words (i18n/<lang>/feedback.po)."""
+    if name.startswith("pages/"):
+        return REPO / "i18n" / lang / "pages" / f"{name.removeprefix('pages/')}.po"
+    return REPO / "i18n" / lang / f"{name}.po"
+
+
+def catalogs() -> list[str]:
+    return [*LESSONS, *(f"pages/{p}" for p in PAGES), "feedback"]
+
+
+def units(name: str) -> list[tuple[str, str]]:
+    """(context, English) of every message of a catalog."""
+    if name.startswith("pages/"):
+        text = (REPO / "website" / "pages" / f"{name.removeprefix('pages/')}.md").read_text()
+        return [(f"block-{i:03d}", block) for i, block in enumerate(markdown_blocks(text)) if _translatable(block)]
+    if name == "feedback":
+        from graders.words import ENGLISH
+
+        return list(ENGLISH.items())
+    nb = source_notebook(name)
+    return [*texts(nb).items(), *code_texts(nb)]
+
+
+def markdown_blocks(text: str) -> list[str]:
+    """A Markdown page's blocks: paragraphs, lists, tables, headings (split at blank lines), a fenced code block
+    whole. Joined with blank lines they give the page back."""
+    blocks, current, fenced = [], [], False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            fenced = not fenced
+        if not line.strip() and not fenced:
+            if current:
+                blocks.append("\n".join(current))
+                current = []
+            continue
+        current.append(line)
+    if current:
+        blocks.append("\n".join(current))
+    return blocks
+
+
+def _translatable(block: str) -> bool:
+    """Not a fenced code block, nor a line the site's builder fills in (%%NAME%%)."""
+    return not block.startswith("```") and not re.fullmatch(r"%%\w+%%", block) and bool(WORD.search(block))
+
+
+def translate_page(name: str, lang: str) -> str:
+    """A site page in `lang`: each translatable block replaced by its translation, code blocks as they are."""
+    catalog = read(lang, f"pages/{name}")
+    text = (REPO / "website" / "pages" / f"{name}.md").read_text()
+    out = []
+    for i, block in enumerate(markdown_blocks(text)):
+        out.append(_translation(catalog, f"block-{i:03d}", block, lang, f"pages/{name}") if _translatable(block)
+                   else block)
+    return "\n\n".join(out) + "\n"
+
+
+def words(lang: str) -> dict[str, str]:
+    """The grader's feedback words in `lang` (graders/words.py's keys); English where `lang` is "en"."""
+    from graders.words import ENGLISH
+
+    if lang == "en":
+        return dict(ENGLISH)
+    catalog = read(lang, "feedback")
+    return {key: _translation(catalog, key, english, lang, "feedback") for key, english in ENGLISH.items()}
+
+
+def source_notebook(lesson: str):
+    import nbformat
+
+    return nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+
+
+def texts(nb) -> dict[str, str]:
+    """The translatable text of a notebook: its markdown cells by cell id."""
+    return {cell["id"]: cell["source"] for cell in nb.cells if cell["cell_type"] == "markdown"}
+
+
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?(### END HIDDEN TESTS|\Z)", re.S)
+SOLUTION = re.compile(r"### BEGIN SOLUTION.*?### END SOLUTION", re.S)
+WORD = re.compile(r"[^\W\d_]{3,}")  # three letters of any script
+
+
+def _blank(match) -> str:
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
+def visible_code(source: str) -> str:
+    """The code of a cell as a student sees it, same offsets: solutions, hidden tests and IPython's magic and
+    shell lines blanked out."""
+    source = SOLUTION.sub(_blank, HIDDEN.sub(_blank, source))
+    return "\n".join(" " * len(line) if line.lstrip().startswith(("%", "!")) else line
+                     for line in source.split("\n"))
+
+
+def literals(source: str) -> list[tuple[int, int, str]]:
+    """(start, end, text) of the student-facing string literals of a code cell: the messages of its asserts and
+    the string arguments of its print calls that hold words; offsets into `source`."""
+    code = visible_code(source)
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    starts = [0]
+    for line in code.split("\n"):
+        starts.append(starts[-1] + len(line) + 1)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert) and node.msg is not None:
+            candidates = [node.msg]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            candidates = node.args
+        else:
+            continue
+        for value in candidates:
+            if not isinstance(value, (ast.Constant, ast.JoinedStr)) or (
+                    isinstance(value, ast.Constant) and not isinstance(value.value, str)):
+                continue
+            start = _offset(code, starts, value.lineno, value.col_offset)
+            end = _offset(code, starts, value.end_lineno, value.end_col_offset)
+            text = source[start:end]
+            if WORD.search(_outside_placeholders(value)):
+                found.append((start, end, text))
+    return sorted(found)
+
+
+def _offset(code: str, starts: list[int], lineno: int, col: int) -> int:
+    line = code.split("\n")[lineno - 1]
+    return starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8"))  # ast columns count bytes
+
+
+def _outside_placeholders(value) -> str:
+    if isinstance(value, ast.Constant):
+        return value.value
+    return "".join(v.value for v in value.values if isinstance(v, ast.Constant))
+
+
+def _shape(literal: str):
+    """What a translation must keep of a literal: its kind and its placeholders' code, in any order."""
+    node = ast.parse(f"(\n{literal}\n)", mode="eval").body  # a literal on several lines is several, joined
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return ("str", ())
+    if isinstance(node, ast.JoinedStr):
+        return ("f-string", tuple(sorted(ast.dump(v) for v in node.values if isinstance(v, ast.FormattedValue))))
+    raise ValueError("not a string literal")
+
+
+def literal_problem(english: str, translated: str) -> str | None:
+    """Why `translated` cannot replace `english` in the code (None if it can)."""
+    try:
+        if _shape(translated) != _shape(english):
+            return "its placeholders or its kind of literal differ from the English"
+    except (SyntaxError, ValueError) as error:
+        return f"not a Python string literal ({error})"
+    return None
+
+
+def code_texts(nb) -> list[tuple[str, str]]:
+    """(cell id, literal) of every student-facing literal of the notebook's code cells, in order, once each."""
+    seen, found = set(), []
+    for cell in nb.cells:
+        if cell["cell_type"] == "code":
+            for _, _, text in literals(cell["source"]):
+                if (cell["id"], text) not in seen:
+                    seen.add((cell["id"], text))
+                    found.append((cell["id"], text))
+    return found
+
+
+def read(lang: str, lesson: str) -> Catalog:
+    path = catalog_path(lang, lesson)
+    if not path.is_file():
+        return Catalog(locale=lang)
+    with open(path, "rb") as f:
+        return read_po(f, locale=lang)
+
+
+def write(catalog: Catalog, lang: str, lesson: str) -> None:
+    path = catalog_path(lang, lesson)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        write_po(f, catalog, width=0, omit_header=False, ignore_obsolete=True)
+
+
+def update(lang: str, lesson: str) -> Catalog:
+    """The catalog rebuilt from the English source: translations kept where the English is unchanged, kept and
+    marked fuzzy where it changed, empty for new cells; messages of removed cells dropped."""
+    old = read(lang, lesson)
+    new = Catalog(locale=lang, project=f"pytorch-multi-device-course {lesson}", charset="utf-8")
+    for cell_id, english in units(lesson):
+        before = old.get(english, context=cell_id)
+        if before is not None and before.string:
+            new.add(english, before.string, context=cell_id, flags=[f for f in before.flags if f != "fuzzy"])
+            continue
+        by_cell = next((m for m in old if m.id and m.context == cell_id and m.string and
+                        _is_code(m.id) == _is_code(english) and _similar(m.id, english)), None)
+        if by_cell is not None:
+            new.add(english, by_cell.string, context=cell_id, flags=["fuzzy"])
+        else:
+            new.add(english, "", context=cell_id)
+    return new
+
+
+def _is_code(text: str) -> bool:
+    try:
+        _shape(text)
+        return True
+    except (SyntaxError, ValueError):
+        return False
+
+
+def _similar(a: str, b: str) -> bool:
+    """Whether b is an edit of a (for a cell's several messages: which old translation a changed one had)."""
+    import difflib
+
+    return difflib.SequenceMatcher(None, a, b).ratio() > 0.6
+
+
+def problems(lang: str, lesson: str) -> list[str]:
+    """What keeps the edition from being complete: cells with no translation, or a stale (fuzzy) one, or one
+    whose English is no longer the source's."""
+    catalog = read(lang, lesson)
+    found = []
+    for cell_id, english in units(lesson):
+        what = f"{lesson} {cell_id}" + (f" {english[:40]!r}" if lesson == "feedback" or _is_code(english) else "")
+        message = catalog.get(english, context=cell_id)
+        if message is None:
+            found.append(f"{what}: not translated (or its English changed: python -m i18n.catalog update)")
+        elif not message.string:
+            found.append(f"{what}: not translated")
+        elif "fuzzy" in message.flags:
+            found.append(f"{what}: stale (fuzzy): its English changed")
+        elif (why := _translation_problem(lesson, english, message.string)):
+            found.append(f"{what}: the translation is {why}")
+    return found
+
+
+def translate(nb, lang: str, lesson: str):
+    """The notebook in `lang`: every markdown cell replaced by its translation (KeyError if one is missing);
+    code cells and all metadata unchanged, the edition's language in the notebook's metadata."""
+    catalog = read(lang, lesson)
+    out = copy.deepcopy(nb)
+    for cell in out.cells:
+        if cell["cell_type"] == "markdown":
+            cell["source"] = _translation(catalog, cell["id"], cell["source"], lang, lesson)
+        elif cell["cell_type"] == "code":
+            source = cell["source"]
+            for start, end, text in reversed(literals(source)):
+                source = source[:start] + _translation(catalog, cell["id"], text, lang, lesson) + source[end:]
+            cell["source"] = source
+    out.metadata["course_edition"] = lang
+    return out
+
+
+def release(root: Path) -> list[Path]:
+    """notebooks/<lang>/<lesson>/<lesson>.ipynb for every edition: the released English notebook translated."""
+    import nbformat
+
+    written = []
+    for lang in sorted(LANGUAGES):
+        for lesson in LESSONS:
+            if not (root / "notebooks" / lesson / f"{lesson}.ipynb").is_file():
+                continue  # a course root with some of the lessons (tests)
+            english = nbformat.read(root / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+            path = root / "notebooks" / lang / lesson / f"{lesson}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(translate(english, lang, lesson), path)
+            written.append(path)
+    return written
+
+
+def _translation(catalog: Catalog, cell_id: str, english: str, lang: str, lesson: str) -> str:
+    message = catalog.get(english, context=cell_id)
+    if message is None or not message.string or "fuzzy" in message.flags:
+        raise KeyError(f"{lesson} {cell_id}: no current {lang} translation of {english[:60]!r} "
+                       "(python -m i18n.catalog check)")
+    if (why := _translation_problem(lesson, english, message.string)):
+        raise ValueError(f"{lesson} {cell_id}: the {lang} translation of {english[:60]!r} is {why}")
+    return message.string
+
+
+def _fields(template: str) -> list[str]:
+    return sorted(f"{name}:{spec}" for _, name, spec, _ in string.Formatter().parse(template) if name is not None)
+
+
+def _translation_problem(name: str, english: str, translated: str) -> str | None:
+    if name == "feedback":
+        try:
+            same = _fields(translated) == _fields(english)
+        except ValueError as error:
+            return f"not a str.format template ({error})"
+        return None if same else "a template with other placeholders than the English"
+    if _is_code(english):
+        return literal_problem(english, translated)
+    return None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m i18n.catalog", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["update", "check"])
+    parser.add_argument("--lang", choices=sorted(LANGUAGES), default=None, help="one edition (default: all)")
+    args = parser.parse_args(argv)
+    langs = [args.lang] if args.lang else sorted(LANGUAGES)
+    missing = []
+    for lang in langs:
+        for lesson in catalogs():
+            if args.command == "update":
+                write(update(lang, lesson), lang, lesson)
+            missing += problems(lang, lesson)
+    for line in missing:
+        print(line)
+    print(f"{len(missing)} messages to translate" if missing else "every message translated")
+    return 1 if (missing and args.command == "check") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

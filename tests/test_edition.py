@@ -1,0 +1,105 @@
+"""The Turkish edition (i18n/): every text translated and current, the same code as the English, and feedback in
+the submission's language. The site in both languages is tested in tests/test_site.py, the grading of Turkish
+submissions in the class (tests/test_grading.py)."""
+
+import re
+
+import nbformat
+import pytest
+
+from graders import redact
+from graders.words import ENGLISH
+from i18n import catalog
+
+REPO = catalog.REPO
+LESSONS = catalog.LESSONS
+EDITIONS = sorted(catalog.LANGUAGES)
+
+
+@pytest.mark.parametrize("lang", EDITIONS)
+def test_every_text_has_a_current_translation(lang):
+    missing = [line for name in catalog.catalogs() for line in catalog.problems(lang, name)]
+    assert not missing, "run `python -m i18n.catalog update` and translate:\n" + "\n".join(missing)
+
+
+def test_a_changed_english_text_makes_its_translation_stale(monkeypatch):
+    lesson = LESSONS[0]
+    nb = catalog.source_notebook(lesson)
+    markdown = next(c for c in nb.cells if c.cell_type == "markdown" and len(c.source) > 40)
+    code = next(c for c in nb.cells if c.cell_type == "code" and catalog.literals(c.source))
+    start, end, literal = catalog.literals(code.source)[0]
+    markdown.source += " One more sentence."
+    code.source = code.source[:start] + literal[:-1] + ' (changed)' + literal[-1] + code.source[end:]
+    monkeypatch.setattr(catalog, "source_notebook", lambda name: nb)
+    found = "\n".join(catalog.problems("tr", lesson))
+    assert f"{lesson} {markdown.id}: not translated" in found and f"{lesson} {code.id} " in found
+    updated = catalog.update("tr", lesson)
+    stale = {m.context: m for m in updated if m.id and "fuzzy" in m.flags}
+    assert stale[markdown.id].string == catalog.read("tr", lesson).get(markdown.source[:-len(" One more sentence.")],
+                                                                        context=markdown.id).string
+    with pytest.raises(KeyError, match="no current tr translation"):
+        catalog.translate(nb, "tr", lesson)
+
+
+def test_a_translated_message_must_keep_its_placeholders():
+    assert catalog.literal_problem('f"got {x}"', 'f"{x} geldi"') is None
+    assert catalog.literal_problem('f"got {x}"', 'f"{y} geldi"')
+    assert catalog.literal_problem('f"got {x}"', '"geldi"')
+    assert catalog.literal_problem('"got it"', '"tamam')
+    assert catalog.literal_problem('(f"a {x} "\n    f"b")', '(f"{x} a "\n    f"b")') is None
+    assert catalog._translation_problem("feedback", "{label}: ok", "{etiket}: tamam")
+
+
+@pytest.mark.parametrize("lang", EDITIONS)
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_the_released_edition_is_the_english_notebook_translated(lesson, lang):
+    english = nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+    committed = (REPO / "notebooks" / lang / lesson / f"{lesson}.ipynb").read_text()
+    assert committed == nbformat.writes(catalog.translate(english, lang, lesson)) + "\n", \
+        f"notebooks/{lang}/{lesson} is out of sync: run `make release`"
+
+
+def _code_without_messages(source: str) -> str:
+    for start, end, _ in reversed(catalog.literals(source)):
+        source = source[:start] + "MESSAGE" + source[end:]
+    return source
+
+
+@pytest.mark.parametrize("lang", EDITIONS)
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_both_editions_run_the_same_code_and_grade_the_same_cells(lesson, lang):
+    """Same cells, ids, metadata (grade ids, points, tags); code equal but for the student-facing messages; the
+    solutions and hidden tests byte for byte: every answer of the corpus is the same code in both editions."""
+    for folder in ("solutions", "notebooks"):
+        english = nbformat.read(REPO / folder / lesson / f"{lesson}.ipynb", as_version=4)
+        translated = catalog.translate(english, lang, lesson)
+        assert [(c.id, c.cell_type, c.metadata) for c in translated.cells] == \
+               [(c.id, c.cell_type, c.metadata) for c in english.cells]
+        for ours, theirs in zip(translated.cells, english.cells):
+            if theirs.cell_type == "code":
+                assert _code_without_messages(ours.source) == _code_without_messages(theirs.source)
+                for secret in re.findall(r"### BEGIN (?:SOLUTION|HIDDEN TESTS).*?### END (?:SOLUTION|HIDDEN TESTS)",
+                                         theirs.source, re.S):
+                    assert secret in ours.source
+    assert translated.metadata["course_edition"] == lang
+
+
+@pytest.mark.parametrize("lang", EDITIONS)
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_the_badges_open_the_editions_own_notebook(lesson, lang):
+    first = nbformat.read(REPO / "notebooks" / lang / lesson / f"{lesson}.ipynb", as_version=4).cells[0].source
+    targets = re.findall(r"blob/main/(notebooks/[^)\s]+\.ipynb)", first)
+    assert {t for t in targets} == {f"notebooks/{lang}/{lesson}/{lesson}.ipynb"} and len(targets) == 2
+
+
+def test_feedback_speaks_the_submissions_language(tmp_path, monkeypatch):
+    cell = nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {"grade_id": "split_sizes_tests", "points": 2}})
+    english, turkish = redact.verdict_line(cell), redact.verdict_line(cell, redact.words("tr"))
+    assert english.startswith("✓ split_sizes (2 points): The tests in this cell passed.")
+    assert turkish.startswith("✓ split_sizes (2 puan): Bu hücredeki testler geçti.") and ENGLISH["notice"] not in turkish
+    nb = nbformat.v4.new_notebook(metadata={"course_edition": "tr"})
+    assert redact.edition(nb) == "tr"
+    for forged in ("xx", ["tr"], None, "../tr"):
+        assert redact.edition(nbformat.v4.new_notebook(metadata={"course_edition": forged})) == "en"
+    page = redact.in_language('<span class="nbgrader-label">Student\'s answer</span> Score: 2 / 2 <a>(Top)</a>', "tr")
+    assert "Öğrencinin yanıtı" in page and "Puan: 2 / 2" in page and "(Başa dön)" in page
