@@ -265,19 +265,34 @@ def problems(lang: str, lesson: str) -> list[str]:
     return found
 
 
-def translate(nb, lang: str, lesson: str):
+def translate(nb, lang: str, lesson: str, strict: bool = True):
     """The notebook in `lang`: every markdown cell replaced by its translation (KeyError if one is missing);
-    code cells and all metadata unchanged, the edition's language in the notebook's metadata."""
+    code cells and all metadata unchanged, the edition's language in the notebook's metadata. Not `strict`: a text
+    without a current translation stays English (as gettext does), and a warning says so."""
     catalog = read(lang, lesson)
     out = copy.deepcopy(nb)
+    missing = []
+
+    def translated(cell_id: str, english: str) -> str:
+        try:
+            return _translation(catalog, cell_id, english, lang, lesson)
+        except (KeyError, ValueError) as error:
+            if strict:
+                raise
+            missing.append(str(error))
+            return english
+
     for cell in out.cells:
         if cell["cell_type"] == "markdown":
-            cell["source"] = _translation(catalog, cell["id"], cell["source"], lang, lesson)
+            cell["source"] = translated(cell["id"], cell["source"])
         elif cell["cell_type"] == "code":
             source = cell["source"]
             for start, end, text in reversed(literals(source)):
-                source = source[:start] + _translation(catalog, cell["id"], text, lang, lesson) + source[end:]
+                source = source[:start] + translated(cell["id"], text) + source[end:]
             cell["source"] = source
+    if missing:
+        print(f"warning: notebooks/{lang}/{lesson}: {len(missing)} texts stay English until translated "
+              "(python -m i18n.catalog update, then check)", file=sys.stderr)
     out.metadata["course_edition"] = lang
     return out
 
@@ -294,7 +309,7 @@ def release(root: Path) -> list[Path]:
             english = nbformat.read(root / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
             path = root / "notebooks" / lang / lesson / f"{lesson}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(translate(english, lang, lesson), path)
+            nbformat.write(translate(english, lang, lesson, strict=False), path)
             written.append(path)
     return written
 
