@@ -216,7 +216,8 @@ def update(lang: str, lesson: str) -> Catalog:
     """The catalog rebuilt from the English source: translations kept where the English is unchanged, kept and
     marked fuzzy where it changed, empty for new cells; messages of removed cells dropped."""
     old = read(lang, lesson)
-    new = Catalog(locale=lang, project=f"pytorch-multi-device-course {lesson}", charset="utf-8")
+    new = Catalog(locale=lang, project=f"pytorch-multi-device-course {lesson}", charset="utf-8",
+                  creation_date=old.creation_date, revision_date=old.revision_date)  # no diff when nothing changed
     for cell_id, english in units(lesson):
         before = old.get(english, context=cell_id)
         if before is not None and before.string:
