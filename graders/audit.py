@@ -24,6 +24,7 @@ import ast
 # Helper functions the judges use as ground truth: an answer that calls one hands the judge its own answer.
 REFERENCES = {
     "helpers.ddp": {"reference_train", "large_batch_reference", "global_batch", "linear_scaled_lr"},
+    "helpers.ddp_reference": {"reference_train", "large_batch_reference", "global_batch", "linear_scaled_lr"},
     "helpers.amp": {"scaler_trajectory", "representable", "autocast_dtypes", "accumulation_reference",
                     "saved_activation_bytes"},
     "helpers.accel": {"reference"},

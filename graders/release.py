@@ -3,6 +3,9 @@ exercise cells tagged so that JupyterLab's Run All goes on past an unsolved exer
 
 nbgrader's generate_assignment runs LetRunAllGoOn last (graders/nbgrader_config.py), so every way of releasing
 — `make release`, the formgrader's Generate button, `nbgrader generate_assignment` — writes the same notebooks/.
+
+`make release` also writes each lesson as Python for review, solutions-py/<lesson>.py (jupytext's percent format,
+with the cells' nbgrader metadata and tags): outside solutions/, so nbgrader never ships it to students.
 """
 
 import os
@@ -16,6 +19,11 @@ from graders.course import REPO, lessons
 from graders.runs import check, nbgrader
 
 RUN_ALL_GOES_ON = "raises-exception"
+MIRRORS = "solutions-py"
+# The header keeps only the kernel: no jupytext version, so the text is the same wherever it is made. Cell metadata
+# goes through jupytext's default filter: nbgrader's and the tags are kept, UI state (collapsed, scrolled, timings)
+# is left out and comes back from the .ipynb with `jupytext --update`.
+NOTEBOOK_METADATA = "kernelspec,-all"
 
 
 def is_exercise_cell(cell) -> bool:
@@ -51,4 +59,24 @@ def release(root: Path = REPO) -> list[Path]:
             server.close()
     from i18n import catalog  # the other editions, translated from the English just written
 
-    return written + catalog.release(root)
+    return written + write_mirrors(root) + catalog.release(root)
+
+
+def mirror(notebook: Path) -> str:
+    """The lesson at `notebook` as a jupytext percent-format script: what a reviewer reads."""
+    import jupytext  # only releasing needs it, not every nbgrader process that loads this module
+    from jupytext.config import JupytextConfiguration
+
+    config = JupytextConfiguration(notebook_metadata_filter=NOTEBOOK_METADATA)
+    return jupytext.writes(jupytext.read(notebook), fmt="py:percent", config=config)
+
+
+def write_mirrors(root: Path = REPO) -> list[Path]:
+    """solutions-py/<lesson>.py for every lesson, from solutions/<lesson>/<lesson>.ipynb."""
+    written = []
+    for lesson in lessons(root):
+        path = root / MIRRORS / f"{lesson}.py"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(mirror(root / "solutions" / lesson / f"{lesson}.ipynb").encode())
+        written.append(path)
+    return written

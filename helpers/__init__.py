@@ -8,7 +8,9 @@ One module per concept:
   checkpoints   clean state dicts that load into wrapped and unwrapped models
   training      a plain training loop with a progress bar
   plotting      the lessons' figures
-  launch, ddp   one process per device (lesson 2); ddp_scripts: the torchrun script series
+  launch, ddp   one process per device (lesson 2); ddp gathers ddp_workers (what each rank runs), ddp_reference
+                (what DDP must equal, in one process), ddp_measure (time, memory) and ddp_judging (the verdicts);
+                ddp_scripts: the torchrun script series
   commands      torchrun / accelerate launch from a cell: nothing left running when it is interrupted
   amp           mixed precision tables, GradScaler runs, activation bytes (lesson 3)
   accel, xla, lightning_demo   Accelerate, torch_xla and Lightning (lesson 4)

@@ -31,7 +31,11 @@ def _nbgrader(cell):
 
 def test_there_is_a_lesson_per_folder():
     assert "01-dataparallel" in LESSONS
-    assert sorted(p.name for p in (REPO / "notebooks").iterdir()) == LESSONS
+    from i18n.catalog import LANGUAGES
+
+    assert sorted(p.name for p in (REPO / "notebooks").iterdir()) == sorted(LESSONS + list(LANGUAGES))
+    for lang in LANGUAGES:  # each edition: the same lessons
+        assert sorted(p.name for p in (REPO / "notebooks" / lang).iterdir()) == LESSONS
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -71,6 +75,8 @@ def test_release_is_in_sync_and_reproducible(tmp_path):
         assert fresh == first[f"{lesson}.ipynb"], "make release is not byte-reproducible"
         committed = (REPO / "notebooks" / lesson / f"{lesson}.ipynb").read_bytes()
         assert fresh == committed, f"notebooks/{lesson} is out of sync with solutions/: run `make release`"
+        mirror = (release.MIRRORS, f"{lesson}.py")  # the lesson as Python, for review (tests/test_mirrors.py)
+        assert tmp_path.joinpath(*mirror).read_bytes() == REPO.joinpath(*mirror).read_bytes(), "run `make release`"
 
 
 def _split_lines(cell):
