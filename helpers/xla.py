@@ -15,11 +15,17 @@ from __future__ import annotations
 import importlib.util
 import time
 
-from . import fresh, hardware
+from . import fresh, hardware, versions
 from ._validate import boolean, one_of, positive_int, positive_number
 
-MISSING = ("torch_xla is not installed here. It ships wheels for Linux x86-64 only (not macOS or Windows): "
-           "the XLA part of this lesson needs Linux, Colab, Kaggle or a TPU VM. Everything else still runs.")
+# Colab's CPU and T4 runtimes and Kaggle's GPU runtime do not ship torch_xla, but a wheel for their torch exists:
+# lesson 4's setup cell offers it (INSTALL_TORCH_XLA). Where no wheel fits, torch_xla cannot run at all.
+MISSING = ("torch_xla is not installed here: part B (XLA) of lesson 4 cannot run; everything else still runs. On "
+           "Colab's CPU and T4 runtimes, Kaggle's GPU runtime or any Linux x86-64 machine you can add it: set "
+           "INSTALL_TORCH_XLA = True in the lesson's setup cell (its first code cell), then run that cell and the ones "
+           "after it again; it installs the torch_xla that matches this runtime's torch, or says why none does. "
+           "torch_xla cannot run on macOS or Windows at all: it has wheels for Linux x86-64 only, for torch "
+           f"{versions.SUPPORTED_TORCH_XLA[0]} to {versions.SUPPORTED_TORCH_XLA[1]}.")
 
 
 class XLAUnavailable(RuntimeError):
@@ -163,7 +169,7 @@ def autocast_bf16(steps: int = 10, batch: int = 64, lr: float = 0.2, seed: int =
     seeded MLP(16, 64, 2) per precision on the same batches of `batch` rows, "max_rel_diff": the largest
     relative difference between the two loss curves, "loss_dtype": the dtype of the loss computed under
     autocast, "fp32_matmul_precision": torch_xla's precision for fp32 matrix products
-    (`torch_xla.backends.get_mat_mul_precision()`: on a TPU "default" multiplies them in bf16 too, "highest" in six
+    (`mat_mul_precision()`: on a TPU "default" multiplies them in bf16 too, "highest" in six
     passes close to fp32), which the fp32 run used}.
     """
     positive_int("steps", steps)
@@ -173,7 +179,6 @@ def autocast_bf16(steps: int = 10, batch: int = 64, lr: float = 0.2, seed: int =
     import torch
     import torch.nn.functional as F
     import torch_xla
-    import torch_xla.backends
     import torch_xla.runtime as xr
 
     from . import amp, data, models
@@ -202,7 +207,18 @@ def autocast_bf16(steps: int = 10, batch: int = 64, lr: float = 0.2, seed: int =
         losses[name] = [v.item() for v in curve]  # read after the loop: no .item() inside the step
     diff = max(abs(a - b) / abs(a) for a, b in zip(losses["fp32"], losses["bf16"]))
     return {"device_type": xr.device_type(), "dtypes": dtypes, "losses": losses, "max_rel_diff": diff,
-            "loss_dtype": loss_dtype, "fp32_matmul_precision": torch_xla.backends.get_mat_mul_precision()}
+            "loss_dtype": loss_dtype, "fp32_matmul_precision": mat_mul_precision()}
+
+
+def mat_mul_precision() -> str:
+    """torch_xla's precision for fp32 matrix products, as `torch_xla.backends.get_mat_mul_precision()` reports it.
+    torch_xla 2.6 has no `torch_xla.backends` (nor any other way to read it back): there it is XLA's "default", the
+    precision torch_xla starts with, since nothing in the course sets it."""
+    try:
+        import torch_xla.backends
+    except ImportError:
+        return "default"
+    return torch_xla.backends.get_mat_mul_precision()
 
 
 def spmd_data_parallel(steps: int = 5, batch: int = 64, shard=None, seed: int = 0) -> dict:

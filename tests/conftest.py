@@ -74,3 +74,27 @@ def graded_class(tmp_path_factory):
     graded = grade_the_class(tmp_path_factory.mktemp("class"))
     yield graded
     graded.close()
+
+
+# `make test PYTEST_ARGS=--module-times=FILE` writes each test file's seconds (setup, call and teardown summed) and
+# the worker that ran it: what the split between the xdist workers above is balanced on.
+def pytest_addoption(parser):
+    parser.addoption("--module-times", default=None, help="write each test file's seconds to this JSON file")
+
+
+_module_times: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::")[0]
+    entry = _module_times.setdefault(module, {"seconds": 0.0, "worker": getattr(report, "node", None) and report.node.gateway.id})
+    entry["seconds"] += report.duration
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--module-times")
+    if path and not hasattr(session.config, "workerinput"):  # the controller, which saw every report
+        import json
+
+        with open(path, "w") as f:
+            json.dump(dict(sorted(_module_times.items(), key=lambda kv: -kv[1]["seconds"])), f, indent=1)

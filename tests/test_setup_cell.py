@@ -142,6 +142,19 @@ subprocess.run = run
     assert f"PIP: -m pip install -q torch_xla=={major}.{minor}.*" in out.stdout, out.stdout
 
 
+def test_part_b_without_torch_xla_points_to_the_setup_cell_switch():
+    """Colab's CPU/T4 and Kaggle's GPU runtimes have no torch_xla: part B's message (xla.MISSING) must send the student
+    to the switch this setup cell has, not say that torch_xla needs Colab or Kaggle, and still say where it cannot run."""
+    from helpers import xla
+
+    switch = re.search(r"set (\w+) = True in the lesson's setup cell", " ".join(xla.MISSING.split()))
+    assert switch and switch.group(1) == "INSTALL_TORCH_XLA", xla.MISSING
+    assert f"\n{switch.group(1)} = False\n" in setup_cell("04-accelerate-tpu")
+    assert "macOS or Windows" in xla.MISSING and "Linux x86-64 only" in xla.MISSING
+    low, high = versions.SUPPORTED_TORCH_XLA
+    assert f"torch {low} to {high}" in xla.MISSING
+
+
 def test_lesson_4_says_why_when_no_torch_xla_fits(tmp_path):
     out = run(setup_cell("04-accelerate-tpu"), tmp_path, before=HIDE_TORCH_XLA + fake_torch("2.12.0"))
     assert out.returncode == 0, out.stderr[-3000:]

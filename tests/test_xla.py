@@ -134,6 +134,12 @@ def test_missing_torch_xla_gets_a_clear_message(monkeypatch):
     monkeypatch.setattr(xla, "available", lambda: False)
     with pytest.raises(xla.XLAUnavailable, match="Linux x86-64"):
         xla.run(xla.device_summary)
+    with pytest.raises(xla.XLAUnavailable, match="INSTALL_TORCH_XLA"):
+        xla.run_many([(xla.device_summary, (), {})])
+    # Colab's CPU/T4 and Kaggle's GPU runtimes lack torch_xla but can install it: the message names the setup
+    # cell's switch (which exists there), and still says where torch_xla cannot run at all
+    assert "set INSTALL_TORCH_XLA = True in the lesson's setup cell" in " ".join(xla.MISSING.split())
+    assert "macOS or Windows" in xla.MISSING and "needs Linux, Colab, Kaggle" not in xla.MISSING
 
 
 def test_environment_and_bad_arguments():
@@ -426,6 +432,20 @@ def test_bf16_autocast_on_xla_casts_matmuls_keeps_losses_fp32_and_trains_like_fp
     fp32, bf16 = r["losses"]["fp32"], r["losses"]["bf16"]
     assert len(fp32) == len(bf16) == 4 and fp32 != bf16, "the bf16 run really computed in bf16"
     assert 0 < r["max_rel_diff"] < 0.05
+
+
+@needs_xla
+def test_the_fp32_matmul_precision_is_read_on_every_supported_torch_xla():
+    """torch_xla 2.6 (the oldest supported) cannot read the precision back (no torch_xla.backends): B6's cell failed
+    there with ModuleNotFoundError. It is torch_xla's starting value, "default", on every version."""
+    def _precision_without_torch_xla_backends():
+        import sys
+
+        sys.modules["torch_xla.backends"] = None  # as on torch_xla 2.6: importing it fails
+        return xla.mat_mul_precision()
+
+    assert xla.run(_precision_without_torch_xla_backends) == "default"
+    assert xla.run(xla.mat_mul_precision) == "default"
 
 
 def _lesson_4_cell(repo, needle):
