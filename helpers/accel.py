@@ -45,6 +45,7 @@ def launch(fn, num_processes: int = 2, args: tuple = (), timeout_s: float = 300.
     in OpenMP once the notebook has run a multi-threaded op), runs `fn` once in the notebook on
     Colab and Kaggle without two GPUs, and puts two processes on one GPU where there is one.
     """
+    __tracebackhide__ = True  # a notebook shows a failed process's traceback from the cell straight to `fn`'s code
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
     if not isinstance(args, tuple):
@@ -52,6 +53,7 @@ def launch(fn, num_processes: int = 2, args: tuple = (), timeout_s: float = 300.
     env = {**launch_env(num_processes), **str_dict("env", env)}
 
     def process(rank, world_size, *fn_args):
+        __tracebackhide__ = True
         return fn(*fn_args)
 
     return _launch.launch(process, num_processes, args, timeout_s=timeout_s, env=env)
@@ -84,6 +86,7 @@ def train_worker(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, mixed_
     inner_dtypes = []  # what the first layer really computes in (accelerate returns fp32 outputs)
     net[0].register_forward_hook(lambda module, args, out: inner_dtypes.append(out.dtype))
     net, optimizer, loader = acc.prepare(net, optimizer, loader)
+    bar = _launch.progress(epochs * len(loader))  # launch's one bar for all processes: a step is a batch
     losses = []
     for _ in range(epochs):
         for x, y in loader:
@@ -93,6 +96,7 @@ def train_worker(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, mixed_
                 optimizer.step()
                 optimizer.zero_grad()
             losses.append(acc.gather(loss.detach()).mean().item())
+            bar.update()
     return {"state": {k: v.cpu() for k, v in acc.unwrap_model(net).state_dict().items()},
             "losses": losses, "distributed_type": str(acc.distributed_type), "device": str(acc.device),
             "num_processes": acc.num_processes, "mixed_precision": acc.mixed_precision,

@@ -34,13 +34,15 @@ def wrap(model: torch.nn.Module) -> DDP:
 
 
 def train_worker(rank: int, world_size: int, cfg: TrainConfig, progress: bool = True) -> dict:
-    """DDP training: DistributedSampler (+ set_epoch), DDP wrap, SGD; the loss all-reduced to a mean."""
+    """DDP training: DistributedSampler (+ set_epoch), DDP wrap, SGD; the loss all-reduced to a mean. With
+    `progress`: its steps on the launch's progress bar, and a line from each rank at the end."""
     dataset = cfg.dataset()
     sampler = cfg.sampler(dataset, world_size, rank)
     loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler)
     model = wrap(cfg.model())
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     device = launch.device()
+    bar = launch.progress(cfg.epochs * len(loader) if progress else 0)
     losses = []
     for epoch in range(cfg.epochs):
         if cfg.set_epoch:
@@ -53,8 +55,9 @@ def train_worker(rank: int, world_size: int, cfg: TrainConfig, progress: bool = 
             mean_loss = loss.detach().clone()
             dist.all_reduce(mean_loss)
             losses.append(mean_loss.item() / world_size)
-        if progress:  # every rank, as torchrun shows it: launch prints it as "[rank1]: epoch ..."
-            print(f"epoch {epoch + 1}/{cfg.epochs}: {len(loader)} steps, mean loss {sum(losses[-len(loader):]) / len(loader):.4f}")
+            bar.update()
+    if progress:  # every rank, as torchrun shows it: launch prints it as "[rank1]: ..."
+        print(f"{len(losses)} steps, last mean loss {losses[-1]:.4f}")
     return {"state": checkpoints.clean_state_dict(model), "losses": losses}
 
 

@@ -13,21 +13,28 @@ caller dies.
 A `ForkServer` saves the start-up: a process that imported the slow modules once (torch_xla takes
 seconds) forks a child per job. The child has imported them but has run nothing (no device, no
 graph, no thread pool yet): as fresh, for those settings, as a new process.
+
+A job that fails is raised here from the job's own frames (`raise_at`): a notebook shows the line of the student's
+code that failed, not the helpers' frames in between (`helpers.launch` does the same for its ranks).
 """
 
 from __future__ import annotations
 
 import importlib
+import linecache
 import os
 import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
 import traceback
+import types
 from multiprocessing.connection import Connection, wait
+from typing import NoReturn
 
 import cloudpickle
 
@@ -40,6 +47,7 @@ def run(fn, *args, env: dict | None = None, timeout_s: float = 300, with_log: bo
         server: ForkServer | None = None, **kwargs):
     """`fn(*args, **kwargs)` in a fresh process (with `env` added to this one's environment), or in a child
     forked by `server`. With `with_log=True`: `(result, what the process wrote on stderr)`."""
+    __tracebackhide__ = True  # IPython shows a failed job's traceback from the cell straight to the job's own code
     boolean("with_log", with_log)
     if server is not None and not isinstance(server, ForkServer):
         raise ValueError(f"server must be a ForkServer or None, got {type(server).__name__}")
@@ -54,6 +62,7 @@ def run(fn, *args, env: dict | None = None, timeout_s: float = 300, with_log: bo
 def run_many(jobs, env: dict | None = None, timeout_s: float = 300, workers: int | None = None) -> list:
     """Several `(fn, args, kwargs)` jobs, each in its own fresh process, `workers` at a time
     (default: one per job, at most one per core). The first failure is raised at once."""
+    __tracebackhide__ = True
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     jobs = list(jobs)
@@ -100,6 +109,7 @@ class _Children:
 
 
 def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: ForkServer | None = None):
+    __tracebackhide__ = True
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
     positive_number("timeout_s", timeout_s)
@@ -117,7 +127,10 @@ def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: F
         with open(result, "rb") as f:
             ok, value = cloudpickle.load(f)
     if not ok:
-        raise RuntimeError(f"in the fresh process:\n{value}")
+        text, where, exception = value
+        if where:
+            raise_at(RuntimeError(f"in the fresh process: {exception.strip()}"), where)
+        raise RuntimeError(f"in the fresh process:\n{text}")
     return value, stderr
 
 
@@ -173,6 +186,7 @@ class ForkServer:
 
     def run(self, job: str, result: str, env: dict, timeout_s: float) -> tuple[int, str]:
         """Fork a child that runs the job with `env` added: (its exit code, what it wrote on stderr)."""
+        __tracebackhide__ = True
         with self._lock, tempfile.NamedTemporaryFile("r", suffix=".log", errors="replace") as log:
             try:
                 conn = self._connection()
@@ -223,12 +237,13 @@ def _receive(conn: Connection, server: subprocess.Popen):
 
 
 def _child(job: str, result: str) -> None:
+    __tracebackhide__ = True
     try:
         with open(job, "rb") as f:
             fn, args, kwargs = cloudpickle.load(f)
         outcome = (True, fn(*args, **kwargs))
-    except BaseException:
-        outcome = (False, traceback.format_exc())
+    except BaseException as error:
+        outcome = (False, child_error(error))
     with open(result, "wb") as f:
         cloudpickle.dump(outcome, f)
 
@@ -300,6 +315,65 @@ def _die_with(caller: int) -> None:
 
 
 CALLER_POLL_S = 0.5
+
+
+# ---- a child's error, shown in the caller as if it had happened there ----------------------------------------------
+
+LIBRARY_DIRS = tuple({os.path.realpath(path) + os.sep for path in (
+    sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+    os.path.dirname(__file__))})  # the standard library, installed packages and the course's helpers
+
+
+def child_error(error: BaseException) -> tuple[str, list, str]:
+    """What a child reports of `error`: (its traceback as text, without the frames that ran the job (those that set
+    __tracebackhide__, as IPython hides them); the frames of the job's own code, outside any library (a notebook
+    cell's, a test's), as (file, line, function, the function's first line), outermost first; the exception's own
+    lines)."""
+    shown = traceback.TracebackException.from_exception(error)
+    frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+    kept = [(entry, frame) for entry, frame in zip(shown.stack, frames) if not frame.f_locals.get("__tracebackhide__")]
+    shown.stack = traceback.StackSummary.from_list([entry for entry, _ in kept])
+    where = [(entry.filename, entry.lineno, entry.name, frame.f_code.co_firstlineno) for entry, frame in kept
+             if entry.lineno and not _in_library(entry.filename)]
+    return "".join(shown.format()), where, "".join(shown.format_exception_only())
+
+
+def _in_library(filename: str) -> bool:
+    return filename.startswith("<frozen ") or os.path.realpath(filename).startswith(LIBRARY_DIRS)
+
+
+def raise_at(error: BaseException, where) -> NoReturn:
+    """Raise `error` with a child's frames `where` (child_error's) as its traceback's end, as though they had run
+    here. IPython always shows a traceback's last frame, even a hidden one: this way that is the line of the
+    student's code that failed (with its source: a cell's is in this kernel's cache), not a helper's; the helpers'
+    frames between the cell and it are hidden."""
+    __tracebackhide__ = True
+    tb = None
+    try:
+        for filename, lineno, name, first in reversed(where):
+            tb = _entry(filename, lineno, name, first, tb)
+    except Exception:  # noqa: BLE001 - never hide the child's error behind one of ours: raise it from here then
+        tb = None
+    raise error.with_traceback(tb)
+
+
+class _Here(Exception):
+    pass
+
+
+def _entry(filename: str, lineno: int, name: str, first: int, tb_next) -> types.TracebackType:
+    """A traceback entry at line `lineno` of `filename`, in function `name` that starts at line `first`: the frame of
+    code compiled to raise there. That code is not the line's: its raise spans the whole line, so that no part of it
+    is underlined; and it starts where the function does, where IPython looks for the function's source."""
+    width = len(linecache.getline(filename, lineno).rstrip())
+    source = "\n" * max(0, lineno - first) + "raise (_Here" + " " * (width - 13) + ")"
+    code = compile(source, filename, "exec").replace(co_name=name, co_qualname=name, co_firstlineno=first)
+    try:
+        exec(code, {"_Here": _Here})
+    except _Here as here:
+        entry = here.__traceback__.tb_next
+    return types.TracebackType(tb_next, entry.tb_frame, entry.tb_lasti, lineno)
+
 
 if __name__ == "__main__":
     if sys.argv[1] == "--serve":

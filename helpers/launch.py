@@ -11,7 +11,8 @@
   (nccl's watchdog aborts a rank whose collective timed out: SIGABRT, no Python traceback; a
   segfault; the OOM killer's SIGKILL) is reported with the signal's name and that stderr;
 * the worker is shipped by value (cloudpickle), so it may live in a module *or* in the notebook.
-  Plain `mp.spawn` can only start workers it can import by name (see lesson 2).
+  Plain `mp.spawn` can only start workers it can import by name (see lesson 2);
+* a worker that counts its steps (`progress`) gets one progress bar in the notebook for all ranks.
 
 With `init_process_group=False` the launcher only sets the environment that torchrun sets
 (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) and the worker calls
@@ -30,7 +31,6 @@ import socket
 import sys
 import tempfile
 import time
-import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from ._validate import positive_int, positive_number, str_dict
+from .fresh import child_error, raise_at
 from .hardware import threads_per_rank
 
 STOP_GRACE_S = 3.0
@@ -55,15 +56,19 @@ class WorkerFailed(RuntimeError):
     `exitcode`: the rank's exit code when it ended without a result (negative: killed by that signal), else None;
     `signal`: then the signal's name ("SIGABRT", "SIGSEGV", "SIGKILL"), else None; `stderr`: the end of the rank's
     stderr, where a rank killed by a signal left its only words (nccl's watchdog: "Watchdog caught collective
-    operation timeout ...")."""
+    operation timeout ..."); `where`: the frames of the worker's own code (a notebook's, outside any library) as
+    (file, line, function), outermost first. `launch` shows those as its traceback's last frames; the message then
+    holds only the exception (`summary`), and `details` the rank's whole traceback, less the launcher's frames."""
 
-    def __init__(self, rank: int, details: str, *, exitcode: int | None = None, stderr: str = ""):
+    def __init__(self, rank: int, details: str, *, exitcode: int | None = None, stderr: str = "", where: tuple = (),
+                 summary: str | None = None):
         self.rank = rank
         self.details = details
         self.exitcode = exitcode
         self.signal = signal_name(exitcode)
         self.stderr = stderr
-        super().__init__(f"rank {rank} failed:\n{details}")
+        self.where = where
+        super().__init__(f"rank {rank} failed: {summary}" if summary else f"rank {rank} failed:\n{details}")
 
 
 def signal_name(exitcode: int | None) -> str | None:
@@ -85,10 +90,14 @@ class _Failure:
     stderr: str = ""
     silent: bool = False  # it ended without a report: os._exit, or a signal
     exitcode: int | None = None
+    where: tuple = ()  # the frames of the worker's own code (fresh.child_error)
+    exception: str = ""  # the exception's own lines
 
     def error(self, rank: int, note: str = "") -> WorkerFailed:
         section = f"\n--- this rank's stderr ---\n{self.stderr}" if self.stderr.strip() else ""
-        return WorkerFailed(rank, self.what + note + section, exitcode=self.exitcode, stderr=self.stderr)
+        summary = self.exception.strip() + note + section if self.where else None
+        return WorkerFailed(rank, self.what + note + section, exitcode=self.exitcode, stderr=self.stderr,
+                            where=self.where, summary=summary)
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,7 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
 
     `env`: extra environment variables, set in every rank before the worker is unpickled (so they
     are in place before the worker's modules are imported)."""
+    __tracebackhide__ = True  # a notebook shows a failed rank's traceback from the cell straight to the worker's code
     if not callable(worker):
         raise ValueError(f"worker must be callable, got {type(worker).__name__}")
     if not isinstance(args, tuple):
@@ -146,9 +156,10 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
         port = free_port()
         pipes = [ctx.Pipe(duplex=False) for _ in range(n_procs)]
         stdouts = [ctx.Pipe(duplex=False) for _ in range(n_procs)]
+        counts = ctx.RawArray("q", 2 * n_procs)  # each rank's steps, to take and taken: what the progress bar shows
         procs = [
             ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, env, sender,
-                                                stdouts[rank][1], logs), daemon=True)
+                                                stdouts[rank][1], logs, counts), daemon=True)
             for rank, (_, sender) in enumerate(pipes)
         ]
         for proc in procs:
@@ -156,15 +167,19 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
         for _, sender in pipes + stdouts:
             sender.close()  # the rank holds the only writing end: its death reads as end of file
         output = RankOutput([reader for reader, _ in stdouts])
+        bar = ProgressBar(counts)
         try:
-            return _collect(procs, [reader for reader, _ in pipes], output, logs,
+            return _collect(procs, [reader for reader, _ in pipes], output, bar, logs,
                             deadline=time.monotonic() + timeout_s + 30)
         except WorkerFailed as failure:
             if attempt + 1 == RENDEZVOUS_ATTEMPTS or not _rendezvous_failed(failure):
+                if failure.where:
+                    raise_at(failure, failure.where)
                 raise
         finally:
             _stop(procs)
             output.drain()
+            bar.close()
             for reader, _ in pipes + stdouts:
                 reader.close()
             shutil.rmtree(logs, ignore_errors=True)
@@ -179,7 +194,7 @@ RENDEZVOUS_ERRORS = ("address already in use", "connectfullmesh failed", "connec
 
 
 def _rendezvous_failed(failure: "WorkerFailed") -> bool:
-    text = str(failure).lower()
+    text = failure.details.lower()
     # the frame's header, not its source line (which a traceback shows only when the file is readable and unchanged)
     return ", in init_process_group\n" in text and any(error in text for error in RENDEZVOUS_ERRORS)
 
@@ -196,17 +211,20 @@ def _context():
     return mp.get_context("spawn")
 
 
-def _collect(procs, readers, output: "RankOutput", logs: str, deadline):
+def _collect(procs, readers, output: "RankOutput", bar: "ProgressBar", logs: str, deadline):
     """Each rank sends one report on its own pipe, before it tears its process group down: a rank that then hangs
     on its way out (destroy_process_group, a thread) has already delivered its result. Meanwhile what the ranks
-    print is shown as it comes."""
+    print is shown as it comes, and the progress bar follows their steps."""
+    __tracebackhide__ = True
     values: dict[int, object] = {}
     while len(values) < len(procs):
         pending = [rank for rank in range(len(procs)) if rank not in values]
         waiting = [readers[rank] for rank in pending] + [procs[rank].sentinel for rank in pending] + output.open()
-        ready = mp_connection.wait(waiting, timeout=max(0.0, deadline - time.monotonic()))
-        if not ready:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise WorkerFailed(pending[0], "no result before the launch's deadline (a rank may be stuck)")
+        ready = mp_connection.wait(waiting, timeout=min(left, BAR_EVERY_S))
+        bar.show()
         output.pump(ready)
         for rank in pending:
             report = _report(procs[rank], readers[rank], _log(logs, rank))
@@ -230,7 +248,10 @@ def _report(proc, reader, log: str):
         except EOFError:
             proc.join(timeout=5)
             return False, _death(proc.exitcode, log)
-        return (True, value) if ok else (False, _Failure(*value))
+        if ok:
+            return True, value
+        what, where, exception, stderr = value
+        return False, _Failure(what, stderr, where=tuple(where), exception=exception)
     if proc.exitcode is not None:  # everything it wrote is in the pipe, so it wrote nothing
         return False, _death(proc.exitcode, log)
     return None
@@ -295,6 +316,68 @@ class RankOutput:
                 print(f"[rank{rank}]: {text}", flush=True)
 
 
+BAR_EVERY_S = 0.1  # how often the progress bar follows the ranks
+
+
+def progress(total: int) -> "Progress":
+    """In a worker started by `launch`: this rank's share of the launch's progress bar, `total` steps long; call
+    `.update()` after each step (a write to memory the launch shares with the rank: nothing waits for the notebook).
+    The launch shows one bar for all ranks: their steps added up, out of their totals added up (steps x world size
+    when every rank takes as many). Outside a launch (torchrun, one process) it counts nothing."""
+    positive_int("total", total, minimum=0)
+    return Progress(total)
+
+
+class Progress:
+    """A rank's step counter for the launch's progress bar (`progress`)."""
+
+    def __init__(self, total: int):
+        self.shared = _SHARED
+        if self.shared is not None:
+            counts, slot = self.shared
+            counts[slot] += total
+
+    def update(self, n: int = 1) -> None:
+        if self.shared is not None:
+            counts, slot = self.shared
+            counts[slot + 1] += n
+
+
+_SHARED = None  # in a rank: (the launch's counts, which ProgressBar reads; this rank's first slot there)
+
+
+class ProgressBar:
+    """The launch's one progress bar (tqdm.auto: a widget in a notebook, text elsewhere), read from `counts`, where
+    rank r keeps its steps to take at 2r and its steps taken at 2r+1. It appears once a rank has counted steps, and
+    only reads: a rank that dies, or stops counting, leaves it where it was."""
+
+    def __init__(self, counts):
+        self.counts = counts
+        self.bar = None
+
+    def show(self) -> None:
+        total, done = sum(self.counts[0::2]), sum(self.counts[1::2])
+        if not total:
+            return
+        if self.bar is None:
+            self.bar = _new_bar(total, f"{len(self.counts) // 2} ranks")
+        elif total != self.bar.total:  # a rank counted its steps after the bar appeared
+            self.bar.reset(total)
+        if done != self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        self.show()
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _new_bar(total: int, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step")
+
+
 # What a rank sees when a peer's process has gone: an echo of that peer's own failure.
 ECHOES = ("connection closed by peer", "connection reset by peer")
 SILENT_EXIT = "without a result"
@@ -342,7 +425,10 @@ def _stop(procs) -> None:
             proc.join(timeout=5)
 
 
-def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, sender, stdout, logs):
+def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, sender, stdout, logs, counts):
+    __tracebackhide__ = True  # left out of the traceback a failing rank reports
+    global _SHARED
+    _SHARED = (counts, 2 * rank)
     _stderr_to_file(os.path.join(logs, f"rank{rank}.log"))
     os.dup2(stdout.fileno(), 1)  # the launcher shows it, line by line
     stdout.close()
@@ -362,9 +448,9 @@ def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, 
         value = _to_cpu(worker(rank, p.n_procs, *args))
         # plain pickle bytes: torch's pickling would share memory with a process about to exit
         report = (True, cloudpickle.dumps(value))
-    except BaseException:
+    except BaseException as error:
         sys.stderr.flush()
-        report = (False, (traceback.format_exc(), _tail(os.environ["HELPERS_RANK_LOG"])))
+        report = (False, (*child_error(error), _tail(os.environ["HELPERS_RANK_LOG"])))
     try:
         sender.send_bytes(pickle.dumps(report))  # in this thread, now: nothing later can hold it back
     finally:

@@ -65,6 +65,7 @@ def run(fn, *args, n_devices: int | None = None, virtual: bool = False, timeout_
         with_log: bool = False, **kwargs):
     """Run `fn(*args, **kwargs)` in a fresh process on XLA devices and return its result
     (with `with_log=True`, also what XLA logged on stderr)."""
+    __tracebackhide__ = True  # an error shows the student's code, not the launcher (IPython hides this frame)
     if not available():
         raise XLAUnavailable(MISSING)
     env = _env(n_devices, virtual)
