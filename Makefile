@@ -1,12 +1,14 @@
 # The course's commands. Each one sets up .venv/ first (only when requirements changed).
 #   make lab      start JupyterLab on the course
 #   make test     run every test (helpers, notebooks with nbval, release sync, grading end to end)
-#   make release  regenerate notebooks/ (student versions) from solutions/
+#   make release  regenerate notebooks/ (student versions) and solutions-py/ (the lessons as Python, for review)
+#                 from solutions/
 #   make site     build the course website into build/site/ (runs the student notebooks for their outputs)
 #   make grade    autograde submitted/<student>/<lesson>/ in the sandbox -> autograded/, feedback/,
 #                 grades.csv, reports/ (JOBS=N grades N at a time; SCHEDULER=tls://host:8786 on a Dask cluster,
 #                 with the certificates of `make certs`, INSECURE_TCP=1 to allow plain tcp://;
-#                 UNSANDBOXED=1 runs student code unsandboxed)
+#                 UNSANDBOXED=1 runs student code unsandboxed; DEMONSTRATIONS=1 runs the lessons' demonstration cells,
+#                 which grading otherwise leaves out)
 #   make certs    the Dask grading cluster's CA, certificate and key -> certs/ (CERTS=DIR), kept if they exist
 #   make bench    print each notebook's execution time and grading times, sequential and parallel
 #                 (BENCH_ARGS="--workers 1 2 4": on Dask worker processes, with a 1,000-student projection)
@@ -28,6 +30,7 @@ SCHEDULER ?=
 CERTS ?= certs
 INSECURE_TCP ?=
 UNSANDBOXED ?=
+DEMONSTRATIONS ?=
 
 .PHONY: setup sandbox browser lab test release grade bench site
 
@@ -115,7 +118,7 @@ site: setup
 
 grade: setup sandbox
 	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER) --certs $(CERTS)) \
-		$(if $(INSECURE_TCP),--insecure-tcp) $(if $(UNSANDBOXED),--unsandboxed)
+		$(if $(INSECURE_TCP),--insecure-tcp) $(if $(UNSANDBOXED),--unsandboxed) $(if $(DEMONSTRATIONS),--run-demonstrations)
 
 # The grading cluster's mutual TLS (website/pages/cluster.md): a CA and the certificate its machines share.
 .PHONY: certs

@@ -24,7 +24,7 @@ def course_digest(repo: Path = REPO) -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    for pattern in ("helpers/**/*.py", "graders/**/*.py"):
+    for pattern in ("helpers/**/*.py", "graders/**/*.py", "i18n/**/*.py", "i18n/**/*.po"):  # i18n: the editions
         for path in sorted(repo.glob(pattern)):
             digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]

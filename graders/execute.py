@@ -10,6 +10,9 @@ nbgrader scores a test cell 0 when anything reached stderr during it: a correct 
 warned (numpy's overflow warning, a FutureWarning of a deprecated spelling) lost its points. Here what a
 test cell wrote on stderr is kept, marked, on stdout: the grade depends on the tests alone.
 
+An instructor's demonstration that the submission kept unchanged is not run and keeps no outputs, unless the
+task runs everything (graders/demonstrations.py decides, from the instructor's source only).
+
 Before the kernel starts, PrepareCells removes every hidden test's judge part (graders/judge.py: the
 kernel never sees the expected answers) and moves the rest of the hidden block (setup and collect) into a
 cell of its own right after its graded cell, which the kernel runs without storing it in its history (no
@@ -30,7 +33,7 @@ import textwrap
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 
-from graders import judge, limits
+from graders import demonstrations, judge, limits
 from helpers import grading
 
 SKIPPED = "KernelDied"
@@ -111,6 +114,9 @@ class CrashSafeExecute(Execute):
         return index - 1 if cells and index < len(cells) and HIDDEN_PART in cells[index].metadata else index
 
     def preprocess_cell(self, cell, resources, index):
+        if index in (resources or {}).get(demonstrations.SKIPPED, ()):  # not run: no outputs, no error
+            cell.outputs, cell.execution_count = [], None
+            return cell, resources
         if cell.cell_type == "code" and index in skipped_cells():
             why = "this cell killed or hung the grading kernel (or used up its processes), so it was not run."
             cell.outputs = [NotebookNode(output_type="error", ename=SKIPPED, evalue="", traceback=[f"{SKIPPED}: {why}"])]
@@ -210,6 +216,7 @@ class GradingPipelineOnly(NbGraderPreprocessor):
 
 class PrepareCells(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
+        kept = {id(cell) for cell in demonstrations.kept_unchanged(nb.cells)}
         cells = []
         for cell in nb.cells:
             for key in INSERTED:  # a student's cell dressed as the grader's would run, then vanish
@@ -226,6 +233,7 @@ class PrepareCells(NbGraderPreprocessor):
                 cells.append(_canary())
         cells.append(_canary())
         nb.cells = cells
+        resources[demonstrations.SKIPPED] = demonstrations.skippable(cells, [i for i, c in enumerate(cells) if id(c) in kept])
         return nb, resources
 
 

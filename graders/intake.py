@@ -30,8 +30,10 @@ MAX_NOTEBOOK_FILE_BYTES = int(os.environ.get("GRADER_MAX_NOTEBOOK_FILE_BYTES", s
 MAX_CELLS = int(os.environ.get("GRADER_MAX_CELLS", "1000"))
 
 
-def submissions(root: Path, course_lessons: list[str], timeouts: dict[str, int], submission_timeout: int, sandboxed: bool):
-    """The submissions to grade, and a Result for each that cannot be."""
+def submissions(root: Path, course_lessons: list[str], timeouts: dict[str, int], submission_timeout: int, sandboxed: bool,
+                run_demonstrations=False):
+    """The submissions to grade, and a Result for each that cannot be. `run_demonstrations`: True runs the
+    instructor's demonstrations in every submission, a collection of student ids in theirs only."""
     submitted = root / "submitted"
     students = sorted(d.name for d in submitted.iterdir() if d.is_dir()) if submitted.is_dir() else []
     digest = course_digest()
@@ -50,8 +52,9 @@ def submissions(root: Path, course_lessons: list[str], timeouts: dict[str, int],
                 if isinstance(files, str):
                     results.append(Result(student, lesson, files))
                 else:
+                    demonstrations = run_demonstrations is True or student in (run_demonstrations or ())
                     tasks.append(Task(student, lesson, files, digest, sandboxed, timeouts[lesson], submission_timeout,
-                                      sources[lesson]))
+                                      sources[lesson], demonstrations))
     return results, tasks
 
 

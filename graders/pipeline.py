@@ -3,11 +3,14 @@
     python -m graders.pipeline release [--root DIR]
     python -m graders.pipeline gradebook [--root DIR]   (the lessons in gradebook.db, for the formgrader)
     python -m graders.pipeline grade   [--root DIR] [--jobs N] [--scheduler ADDRESS] [--cell-timeout S] [--unsandboxed]
+                                       [--run-demonstrations]
 
 `--root` is the course root (default: this repository). Each submission is autograded by a worker in its
 own nbgrader process, in a private copy of the course folder and gradebook, its code in the bubblewrap
 sandbox of graders/sandbox.py. A kernel crash costs the cell that caused it (the submission is graded
-again with that cell skipped); a hang costs the cell that hangs; nothing stops the batch. The workers are
+again with that cell skipped); a hang costs the cell that hangs; nothing stops the batch. The lesson's
+demonstrations (cells its source tags so, graders/demonstrations.py) are left out where a submission kept them
+unchanged and nothing after them needs them, unless `--run-demonstrations`. The workers are
 `--jobs N` threads of this process, or the workers of a Dask cluster (`--scheduler`, graders/cluster.py).
 This process, the coordinator, is the only one that writes the gradebook, autograded/, feedback/ and
 grades.csv: the workers send back data (the graded notebook and the judge's verdict).
@@ -41,9 +44,10 @@ class SandboxUnavailable(RuntimeError):
 
 def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 3600, jobs: int = 1,
           sandboxed: bool = True, scheduler=None, log=None, lesson_timeouts: dict[str, int] | None = None,
-          insecure_tcp: bool = False, certs: Path | None = None) -> list[Result]:
+          insecure_tcp: bool = False, certs: Path | None = None, run_demonstrations=False) -> list[Result]:
     """Autograde everything under submitted/<student>/<lesson>/, write feedback/, grades.csv and a report plot.
     `lesson_timeouts` gives some lessons a cell timeout of their own (seconds), instead of `cell_timeout`.
+    `run_demonstrations`: True runs the lessons' demonstrations too, a collection of student ids in theirs only.
 
     Workers execute and judge the submissions: `jobs` threads of this process, or the workers of the Dask
     cluster at `scheduler` (graders/cluster.py). This process is the only one that writes the gradebook,
@@ -57,20 +61,20 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
     recorder = Recorder(root)
     try:
         return _grade_with(recorder, root, course_lessons, cell_timeout, submission_timeout, jobs, sandboxed,
-                           scheduler, log, lesson_timeouts, insecure_tcp, certs)
+                           scheduler, log, lesson_timeouts, insecure_tcp, certs, run_demonstrations)
     finally:
         recorder.close()
 
 
 def _grade_with(recorder, root, course_lessons, cell_timeout, submission_timeout, jobs, sandboxed, scheduler, log,
-                lesson_timeouts, insecure_tcp, certs) -> list[Result]:
+                lesson_timeouts, insecure_tcp, certs, run_demonstrations) -> list[Result]:
     for lesson in course_lessons:  # records each lesson's grade cells in the gradebook
         recorder.generate_assignment(lesson)
     unknown = set(lesson_timeouts or {}) - set(course_lessons)
     if unknown:
         raise ValueError(f"lesson_timeouts names lessons the course does not have: {sorted(unknown)}")
     timeouts = {lesson: (lesson_timeouts or {}).get(lesson, cell_timeout) for lesson in course_lessons}
-    results, tasks = submissions(root, course_lessons, timeouts, submission_timeout, sandboxed)
+    results, tasks = submissions(root, course_lessons, timeouts, submission_timeout, sandboxed, run_demonstrations)
     template = recorder.template()
     if scheduler is None:
         outcomes = run_here(tasks, template, jobs, sandboxed, log)
@@ -98,6 +102,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cell-timeout", type=int, default=300)
     parser.add_argument("--submission-timeout", type=int, default=3600)
     parser.add_argument("--unsandboxed", action="store_true", help="run student code without the sandbox (unsafe)")
+    parser.add_argument("--run-demonstrations", action="store_true",
+                        help="run the lessons' demonstration cells too (by default they are left out where a "
+                             "submission kept them unchanged: they change no grade)")
     parser.add_argument("--scheduler", default=os.environ.get("SCHEDULER") or None,
                         help="grade on a Dask cluster: tls://host:8786 (mutual TLS, --certs), or local:N for N local "
                              "worker processes (default: --jobs threads of this process)")
@@ -129,7 +136,7 @@ def main(argv=None) -> int:
     try:
         results = grade(root, args.cell_timeout, args.submission_timeout, args.jobs, sandboxed=not args.unsandboxed,
                         scheduler=args.scheduler, log=lambda line: print(line, flush=True),
-                        insecure_tcp=args.insecure_tcp, certs=args.certs)
+                        insecure_tcp=args.insecure_tcp, certs=args.certs, run_demonstrations=args.run_demonstrations)
     except SandboxUnavailable as error:
         print(error, file=sys.stderr)
         return 2

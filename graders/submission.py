@@ -36,6 +36,7 @@ class Task:
     cell_timeout: int
     submission_timeout: int
     solution: bytes  # the coordinator's source notebook of the lesson: the judge's hidden tests and references
+    run_demonstrations: bool = False  # run the instructor's demonstrations too (graders/demonstrations.py)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from graders import forkserver, limits, sandbox
+from graders import demonstrations, forkserver, limits, sandbox
 from graders.course import REPO, course_digest
 from graders.runs import STALLED, nbgrader
 from graders.slots import Slots
@@ -90,6 +90,8 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
         env = {"GRADER_CELL_TIMEOUT": str(task.cell_timeout), "GRADER_PROGRESS_FILE": progress.name,
                "GRADER_CANARY_FILE": canaries, "GRADER_OUTCOME_FILE": failure, "GRADER_PIPELINE": "1", "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP),
                **job_env}
+        if not task.run_demonstrations:  # those the submission kept unchanged are left out
+            env[demonstrations.SOURCE] = str(course / "solutions" / lesson / f"{lesson}.ipynb")
         if slots.spec_dir:
             env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=slots.spec_dir,
                        GRADER_SANDBOX_UID=str(uid), GRADER_READONLY=str(REPO / "helpers"))

@@ -12,6 +12,7 @@ and a new cell comes in untranslated; a translator (Poedit, or any editor) fills
 import argparse
 import ast
 import copy
+import functools
 import re
 import string
 import sys
@@ -95,6 +96,7 @@ def words(lang: str) -> dict[str, str]:
     return {key: _translation(catalog, key, english, lang, "feedback") for key, english in ENGLISH.items()}
 
 
+@functools.lru_cache(maxsize=None)
 def source_notebook(lesson: str):
     import nbformat
 
@@ -313,6 +315,26 @@ def release(root: Path) -> list[Path]:
             nbformat.write(translate(english, lang, lesson, strict=False), path)
             written.append(path)
     return written
+
+
+def lesson_of(nb) -> str | None:
+    """Which of the course's lessons `nb` is a version of (its first cell is that lesson's), or None."""
+    first = texts(nb).get("cell-000")
+    return next((lesson for lesson in LESSONS if texts(source_notebook(lesson)).get("cell-000") == first), None)
+
+
+def code_in_editions(source: str, cell_id: str, lesson: str) -> set[str]:
+    """A code cell's source in English and in every edition (its student-facing messages translated)."""
+    found = {source}
+    for lang in LANGUAGES:
+        import nbformat
+
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source, id=cell_id)])
+        try:
+            found.add(translate(nb, lang, lesson).cells[0].source)
+        except (KeyError, ValueError):  # not translated yet: that edition ships the English
+            pass
+    return found
 
 
 def _translation(catalog: Catalog, cell_id: str, english: str, lang: str, lesson: str) -> str:

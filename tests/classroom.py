@@ -2,8 +2,10 @@
 
 The class: the hostile and broken lesson-1 corpus (tests/corpus.py's CASES, only where the sandbox is
 available), and every lesson's solution, released notebook and a wrong answer, plus correct answers that
-warn (corpus.CLASS). It is graded by two worker processes over TCP; one of them is killed (SIGKILL)
-mid-submission, so that every test reading these grades also checks that a dead worker cost nothing.
+warn (corpus.CLASS). Grading leaves the lessons' demonstrations out, as it does by default, but for the submissions
+of corpus.RUN_DEMONSTRATIONS (the blank ones, whose outputs the website shows). It is graded by two worker processes
+over TCP; one of them is killed (SIGKILL) mid-submission, so that every test reading these grades also checks that a
+dead worker cost nothing.
 test_grading.py, test_corpus.py and test_cluster.py read the results.
 """
 
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from corpus import CASES, CLASS, LESSON, write_class_submission
+from corpus import CASES, CLASS, LESSON, RUN_DEMONSTRATIONS, write_class_submission
 from graders import pipeline, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,7 +147,8 @@ def grade_the_class(root: Path) -> Graded:
             killer = threading.Thread(target=kill_a_busy_worker, args=(client, graded.killed, stop), daemon=True)
             killer.start()
             results = pipeline.grade(root, cell_timeout=CELL_TIMEOUT, submission_timeout=900, sandboxed=SANDBOXED,
-                                     scheduler=client, log=graded.log.append, lesson_timeouts=LESSON_TIMEOUTS)
+                                     scheduler=client, log=graded.log.append, lesson_timeouts=LESSON_TIMEOUTS,
+                                     run_demonstrations=RUN_DEMONSTRATIONS)
             stop.set()
             killer.join(timeout=30)
             graded.profiling = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))

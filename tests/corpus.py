@@ -9,14 +9,17 @@ from __future__ import annotations
 import csv
 import html
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import nbformat
 
+from graders import course, demonstrations
 from graders.execute import SKIPPED
 
+REPO = Path(__file__).resolve().parent.parent
 LESSON = "01-dataparallel"
 POINTS = {"split_sizes_tests": 2, "device_samples_tests": 2, "dp_gradients_tests": 3,
           "device0_extra_tests": 3, "portable_checkpoint_tests": 3, "quiz_tests": 2}
@@ -33,6 +36,7 @@ class Case:
     canaries: list[str] = field(default_factory=list)  # paths that must not exist after grading
     check: Callable[[Path, dict], None] | None = None  # (course root, context) -> raises if the attack worked
     flagged: bool = False  # grades.csv must name how the submission changed its kernel (and only then)
+    run_demonstrations: bool = False  # graded with the lesson's demonstrations run (graders/demonstrations.py)
 
 
 def _cell(nb, grade_id):
@@ -47,27 +51,26 @@ def _released(repo):
     return without_demonstrations(nbformat.read(repo / "notebooks" / LESSON / f"{LESSON}.ipynb", as_version=4), LESSON)
 
 
-# Each lesson's slowest explanation cells that only measure or demonstrate and that no later cell depends on,
-# each found by a line of its own (1: ~3 s of 6 s; 2: ~21 s of 34 s, torchrun and a deliberate timeout among
-# them; 3: 11 s of 17 s, fp16 on a CPU; 4: ~12 s of 40 s). Submissions that are there for their score -- the
-# corpus's 40 attacks, and the class's full, wrong_quiz and warnings -- leave them out, as a student may. The
-# class's blank submissions run every cell of every lesson in the sandbox (none but the exercises and checks may
-# fail there: test_grading.py; the website shows their outputs), and nbval runs every cell of every solution.
-DEMONSTRATIONS = {
-    LESSON: ("plotting.plot_losses(curves)", "reports[name] = memory.measure_step(wrapped", "ratios[k] = (report.source",
-             "plotting.plot_phases(timings)"),
-    "02-ddp": ("ddp.dataparallel_step_time(**shape)", "mp.spawn(ddp.hello_spawn", "torchrun = commands.TORCHRUN",
-               "helpers.ddp_scripts.step4_multinode", "launch.launch(ddp.uneven_worker, WORLD, args=([3, 2],), timeout_s=5)"),
-    "03-amp": ("amp.step_seconds(net, x, y, dtype", "launch.launch(amp.amp_worker, 2"),
-    "04-accelerate-tpu": ("helpers.accelerate_script", "print(xla.run(xla.device_summary))",
-                          "lightning_demo.samplers_seen(n_samples=10"),
-}
+def _tagged(lesson) -> tuple[str, ...]:
+    source = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    return tuple(demonstrations.tagged(source))
+
+
+# Each lesson's explanation cells that only measure or demonstrate and that nothing later depends on: the ids of the
+# cells its source tags "demonstration", which grading leaves out unless asked (graders/demonstrations.py;
+# tests/test_demonstrations.py proves that they change no grade). Submissions that are there for their score -- the
+# corpus's attacks, and the class's wrong_quiz and warnings -- leave them out, as a student may; the class's full
+# submissions keep them, and grading leaves them out. The class's blank submissions run every cell of every lesson
+# in the sandbox (none but the exercises and checks may fail there: test_grading.py; the website shows their
+# outputs), and nbval runs every cell of every solution.
+DEMONSTRATIONS = {lesson: _tagged(lesson) for lesson in course.lessons(REPO)}
 
 
 def without_demonstrations(nb, lesson):
-    markers = DEMONSTRATIONS[lesson]
-    dropped = [c for c in nb.cells if c.cell_type == "code" and any(m in c.source for m in markers)]
-    assert len(dropped) == len(markers), f"each of {lesson}'s demonstrations is one code cell"
+    ids = DEMONSTRATIONS[lesson]
+    dropped = [c for c in nb.cells if c.get("id") in ids]
+    assert len(dropped) == len(ids) and all(c.cell_type == "code" for c in dropped), \
+        f"each of {lesson}'s demonstrations is one code cell"
     assert not any(c.metadata.get("nbgrader") for c in dropped), "only explanation cells go"
     nb.cells = [c for c in nb.cells if not any(c is d for d in dropped)]
     return nb
@@ -486,6 +489,86 @@ def _answer(info):
 get_ipython().events.register("pre_run_cell", _answer)'''
 
 
+# ---- The lesson's demonstrations (graders/demonstrations.py): left out only where that changes nothing.
+
+def _as_released(folder, repo, ctx):
+    """The solution as it is: grading leaves its demonstrations out, unless told to run them."""
+    _save(nbformat.read(repo / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4), folder)
+
+
+def _changes_demonstrations(folder, repo, ctx):
+    """A student's answer reads what a demonstration made, another demonstration is edited, the student tags a cell
+    of their own "demonstration" and strips the tag from one of the instructor's."""
+    nb = nbformat.read(repo / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    by_id = {c.get("id"): c for c in nb.cells}
+    reads, edited, untagged = DEMONSTRATIONS_CHANGED
+    _cell(nb, "quiz").source = f"_seen = len({reads[1]})  # made by a demonstration\n" + _cell(nb, "quiz").source
+    by_id[edited].source += "\n# my own note"
+    by_id[untagged].metadata["tags"] = []
+    own = nbformat.v4.new_code_cell("print('THE STUDENT RAN THIS')", metadata={"tags": ["demonstration"]})
+    nb.cells.insert(nb.cells.index(_cell(nb, "quiz")), own)
+    _save(nb, folder)
+
+
+# (the demonstration whose `curves` the answer reads, the name), the edited one, the one whose tag the student strips
+DEMONSTRATIONS_CHANGED = (("cell-030", "curves"), "cell-013", "cell-041")
+
+
+def _ran(root, student, lesson=LESSON) -> dict[str, bool]:
+    """Per demonstration of the lesson: whether the graded notebook shows that it ran."""
+    graded = nbformat.read(root / "autograded" / student / lesson / f"{lesson}.ipynb", as_version=4)
+    return {c.get("id"): c.execution_count is not None or bool(c.outputs) for c in graded.cells
+            if c.get("id") in DEMONSTRATIONS[lesson]}
+
+
+def explanation_cells_that_failed(root, student, lesson) -> list[str]:
+    graded = nbformat.read(root / "autograded" / student / lesson / f"{lesson}.ipynb", as_version=4)
+    return [c.get("id") for c in graded.cells if c.cell_type == "code" and not c.metadata.get("nbgrader")
+            and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+
+
+def verdicts_shown(root, student, lesson) -> list[str]:
+    """The feedback's line per graded cell: the judge's verdict as the student reads it."""
+    page = (root / "feedback" / student / lesson / f"{lesson}.html").read_text()
+    return [html.unescape(line) for line in re.findall(r"[✓✗] [^<\n]+", page)]
+
+
+def _grades(root, student, lesson) -> dict:
+    with open(root / "grades.csv") as f:
+        row = next(r for r in csv.DictReader(f) if (r["student"], r["lesson"]) == (student, lesson))
+    return {k: v for k, v in row.items() if k not in ("student", "seconds")}
+
+
+def same_grades(root, student, other, lesson) -> None:
+    """The same status, flags, score per graded cell and verdicts."""
+    assert _grades(root, student, lesson) == _grades(root, other, lesson), (student, other, lesson)
+    assert verdicts_shown(root, student, lesson) == verdicts_shown(root, other, lesson), (student, other, lesson)
+    assert verdicts_shown(root, student, lesson), "the feedback shows no verdict"
+
+
+def _demonstrations_change_no_grade(root, ctx):
+    """The solution graded with its demonstrations run scores and is judged as without them (the class's full
+    submission), and so is the released notebook, in every lesson (the class's blank and blank_left_out)."""
+    assert all(_ran(root, "demonstrations_run").values()) and not any(_ran(root, "full").values())
+    same_grades(root, "demonstrations_run", "full", LESSON)
+    for lesson in DEMONSTRATIONS:
+        assert all(_ran(root, "blank", lesson).values()) and not any(_ran(root, LEFT_OUT, lesson).values()), lesson
+        assert not any(_ran(root, "full", lesson).values()), lesson
+        same_grades(root, LEFT_OUT, "blank", lesson)
+        for student in ("full", LEFT_OUT):
+            assert not explanation_cells_that_failed(root, student, lesson), (student, lesson)
+
+
+def _only_unchanged_demonstrations_left_out(root, ctx):
+    (reads, _), edited, untagged = DEMONSTRATIONS_CHANGED
+    ran = _ran(root, "changes_demonstrations")
+    assert ran[reads] and ran[edited], "a demonstration a later cell needs, or an edited one, runs"
+    assert not ran[untagged], "the instructor's source decides, not the submission's tags"
+    graded = (root / "autograded" / "changes_demonstrations" / LESSON / f"{LESSON}.ipynb").read_text()
+    assert "THE STUDENT RAN THIS" in graded, "a student's own cell runs, whatever its tags"
+    assert not explanation_cells_that_failed(root, "changes_demonstrations", LESSON)
+
+
 CASES = [
     Case("syntax_error", edit("device_samples", replace="def device_samples(batch_size, n_devices, device:\n    return []\n"),
          {**FULL, "device_samples_tests": 0}),
@@ -545,6 +628,8 @@ CASES = [
     Case("formula_flags", trick(FORMULA), HONEST_WRONG, check=_records_hold_no_student_words, flagged=True),
     Case("many_cells", _many_cells, ZERO, status="not graded: the notebook has more than"),
     Case("answers_canaries", trick(CANARY_ANSWERER), HONEST_WRONG, flagged=True),
+    Case("demonstrations_run", _as_released, FULL, check=_demonstrations_change_no_grade, run_demonstrations=True),
+    Case("changes_demonstrations", _changes_demonstrations, FULL, check=_only_unchanged_demonstrations_left_out),
 ]
 
 
@@ -581,13 +666,17 @@ def _warning_answer_dp(nb):
         "    rows = -(-batch_size // n_devices)", '    warnings.warn("a student\'s own warning")\n    rows = -(-batch_size // n_devices)', 1)
 
 
-# student -> {lesson: edit of the solution, without its DEMONSTRATIONS (None: no edit), or "blank": the whole
-# released notebook}
+# student -> {lesson: edit of the solution, without its DEMONSTRATIONS (None: the solution as it is), or "blank": the
+# whole released notebook}. The blank submissions run the demonstrations (the website shows their outputs); blank
+# submissions graded as grading does by default leave them out (tests/test_demonstrations.py compares the two).
+LEFT_OUT = "blank_left_out"
 CLASS = {
     "full": {lesson: None for lesson in LESSON_POINTS},
     "blank": {lesson: "blank" for lesson in LESSON_POINTS},
+    LEFT_OUT: {lesson: "blank" for lesson in LESSON_POINTS},
     "wrong_quiz": {lesson: wrong_quiz for lesson in LESSON_POINTS},
     "warnings": {LESSON: _warning_answer_dp, "03-amp": _warning_answers_amp},
+    "turkish": {lesson: "tr" for lesson in LESSON_POINTS},  # the solutions in the Turkish edition (i18n/)
 }
 
 
@@ -595,7 +684,15 @@ def write_class_submission(folder: Path, repo: Path, lesson: str, edit) -> None:
     if edit == "blank":
         _save(nbformat.read(repo / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4), folder, f"{lesson}.ipynb")
         return
-    nb = without_demonstrations(nbformat.read(repo / "solutions" / lesson / f"{lesson}.ipynb", as_version=4), lesson)
-    if edit:
-        edit(nb)
+    nb = nbformat.read(repo / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    if edit == "tr":
+        from i18n import catalog
+
+        nb = catalog.translate(nb, "tr", lesson)
+    elif edit:
+        edit(without_demonstrations(nb, lesson))
     _save(nb, folder, f"{lesson}.ipynb")
+
+
+# Who is graded with the lessons' demonstrations run (pipeline.grade's run_demonstrations).
+RUN_DEMONSTRATIONS = {"blank"} | {case.name for case in CASES if case.run_demonstrations}

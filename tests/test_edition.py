@@ -2,6 +2,7 @@
 the submission's language. The site in both languages is tested in tests/test_site.py, the grading of Turkish
 submissions in the class (tests/test_grading.py)."""
 
+import copy
 import re
 
 import nbformat
@@ -24,7 +25,7 @@ def test_every_text_has_a_current_translation(lang):
 
 def test_a_changed_english_text_makes_its_translation_stale(monkeypatch):
     lesson = LESSONS[0]
-    nb = catalog.source_notebook(lesson)
+    nb = copy.deepcopy(catalog.source_notebook(lesson))  # the cached one stays as it is
     markdown = next(c for c in nb.cells if c.cell_type == "markdown" and len(c.source) > 40)
     code = next(c for c in nb.cells if c.cell_type == "code" and catalog.literals(c.source))
     start, end, literal = catalog.literals(code.source)[0]
@@ -103,3 +104,14 @@ def test_feedback_speaks_the_submissions_language(tmp_path, monkeypatch):
         assert redact.edition(nbformat.v4.new_notebook(metadata={"course_edition": forged})) == "en"
     page = redact.in_language('<span class="nbgrader-label">Student\'s answer</span> Score: 2 / 2 <a>(Top)</a>', "tr")
     assert "Öğrencinin yanıtı" in page and "Puan: 2 / 2" in page and "(Başa dön)" in page
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_the_audit_reads_another_editions_cells_as_the_instructors(lesson):
+    """The Turkish solution's explanation cells (translated messages) are the instructor's, not a student's: the
+    references they call are flagged in no honest submission."""
+    from graders import audit, judge
+
+    source = catalog.source_notebook(lesson)
+    translated = catalog.translate(source, "tr", lesson)
+    assert audit.audit(judge.student_cells(source, translated), audit.course_modules(source)) == []

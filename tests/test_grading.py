@@ -310,3 +310,17 @@ def test_a_feedback_section_names_its_exercise_and_points_and_never_a_hidden_val
         assert line.startswith("✗ shard (2 points): A test in this cell failed") and (message in line) is shown, line
     verdicts.write_text(json.dumps({"cells": {"shard_tests": {"passed": True, "message": ""}}}))
     assert redact.verdict_line(cell).startswith("✓ shard (2 points): The tests in this cell passed.")
+
+
+@pytest.mark.parametrize("lesson", POINTS)
+def test_the_turkish_edition_is_graded_like_the_english_with_feedback_in_turkish(graded_class, lesson):
+    """The Turkish solution (notebooks/tr's text, the same code: tests/test_edition.py) scores what the English
+    one scores, cell by cell, and its feedback page speaks Turkish, frame and verdicts."""
+    rows = graded_class.rows
+    assert graded_class.results["turkish", lesson].status == "graded"
+    assert _points(rows["turkish", lesson], lesson) == _points(rows["full", lesson], lesson) == POINTS[lesson]
+    page = (graded_class.root / "feedback" / "turkish" / lesson / f"{lesson}.html").read_text()
+    assert "Bu hücredeki testler geçti" in page and "Gizli testler burada çalıştı" in page and "Puan: " in page
+    assert "The tests in this cell passed" not in page and "Score: " not in page
+    english = (graded_class.root / "feedback" / "full" / lesson / f"{lesson}.html").read_text()
+    assert "The tests in this cell passed" in english and "Bu hücredeki" not in english
