@@ -63,24 +63,18 @@ def tagged(instructor) -> dict[str, str]:
 
 def kept_unchanged(cells, instructor=None) -> list:
     """The submitted cells that are one of the instructor's demonstrations, unchanged (id and source). The
-    instructor's notebook: `instructor`, or the one the worker names in SOURCE (none named: no cell)."""
+    instructor's notebook: `instructor`, or the one the worker names in SOURCE (none named: no cell). A cell of
+    another edition of the course (i18n/: the same code, its messages translated) counts as unchanged too."""
     import nbformat
+
+    from i18n.catalog import code_in_editions
 
     if instructor is None and not os.environ.get(SOURCE):
         return []
-    path = os.environ.get(SOURCE, "")
-    demonstrations = tagged(instructor or nbformat.read(path, as_version=4))
+    instructor = instructor or nbformat.read(os.environ[SOURCE], as_version=4)
+    demonstrations, editions = tagged(instructor), code_in_editions(instructor)
     return [cell for cell in cells if cell.cell_type == "code" and not cell.metadata.get("nbgrader")
-            and cell.get("id") in demonstrations and cell.source in _editions(demonstrations[cell.get("id")],
-                                                                             cell.get("id"), path)]
-
-
-def _editions(source: str, cell_id: str, path: str) -> set[str]:
-    """The instructor's cell as each edition of the course releases it (i18n/: its messages translated)."""
-    from i18n.catalog import LESSONS, code_in_editions
-
-    lesson = os.path.splitext(os.path.basename(path))[0]
-    return code_in_editions(source, cell_id, lesson) if lesson in LESSONS else {source}
+            and cell.get("id") in demonstrations and cell.source in editions[cell.get("id")]]
 
 
 def skippable(cells, candidates: list[int]) -> set[int]:

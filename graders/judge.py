@@ -73,15 +73,12 @@ def student_cells(solution, graded) -> list[tuple[str, str, set]]:
     instructor's), each with where it is in the grader's words and the functions it may not call: its own
     exercise's rule for a solution cell; for a cell the student added, the rules of every exercise whose test
     comes after it (a helper defined there can serve any of them)."""
-    from i18n.catalog import code_in_editions, lesson_of
+    from i18n.catalog import code_in_editions
 
-    lesson = lesson_of(solution)
-    instructor = set()
-    for cell in solution.cells:
+    instructor = {source.strip() for sources in code_in_editions(solution).values() for source in sources}
+    for cell in solution.cells:  # the cells in English and in every edition of the course (i18n/)
         if cell.cell_type == "code":
-            instructor.update((cell.source.strip(), for_kernel(cell.source).strip()))
-            if lesson:  # the same cell in another edition of the course (its messages translated)
-                instructor.update(s.strip() for s in code_in_editions(cell.source, cell.get("id"), lesson))
+            instructor.add(for_kernel(cell.source).strip())
     exercises = [c.metadata["nbgrader"]["grade_id"] for c in solution.cells
                  if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
     # Locked and test cells: nbgrader runs the instructor's source of these, whatever the submission holds.

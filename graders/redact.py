@@ -24,6 +24,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
 from graders.words import ENGLISH, FRAME
+from i18n.catalog import LANGUAGES, words
 
 NOTICE = ENGLISH["notice"]
 SAFE_DATA = ("text/plain", "image/png", "image/jpeg")
@@ -53,16 +54,8 @@ SAFE_VALUES = {
 
 def edition(nb) -> str:
     """The submission's language: the edition its notebook says it is (i18n.catalog.LANGUAGES), else English."""
-    from i18n.catalog import LANGUAGES
-
     lang = nb.get("metadata", {}).get("course_edition")
     return lang if isinstance(lang, str) and lang in LANGUAGES else "en"
-
-
-def words(lang: str) -> dict:
-    from i18n.catalog import words as translated
-
-    return translated(lang)
 
 
 def in_language(page: str, lang: str) -> str:
@@ -77,14 +70,14 @@ def in_language(page: str, lang: str) -> str:
 
 class RedactHiddenTests(ClearHiddenTests):
     def preprocess(self, nb, resources):
-        self.words = words(edition(nb))
+        self.said = words(edition(nb))
         return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, cell_index):
         had_hidden = self.begin_test_delimeter in cell.source
         cell, resources = super().preprocess_cell(cell, resources, cell_index)
         if had_hidden:
-            said = getattr(self, "words", ENGLISH)
+            said = getattr(self, "said", ENGLISH)
             cell.source = cell.source.rstrip() + f"\n# {said['notice']}"
             cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=verdict_line(cell, said) + "\n")]
         return cell, resources

@@ -271,18 +271,16 @@ def problems(lang: str, lesson: str) -> list[str]:
 def translate(nb, lang: str, lesson: str, strict: bool = True):
     """The notebook in `lang`: every markdown cell replaced by its translation (KeyError if one is missing);
     code cells and all metadata unchanged, the edition's language in the notebook's metadata. Not `strict`: a text
-    without a current translation stays English (as gettext does), and a warning says so."""
+    without a current translation stays English (as gettext does)."""
     catalog = read(lang, lesson)
     out = copy.deepcopy(nb)
-    missing = []
 
     def translated(cell_id: str, english: str) -> str:
         try:
             return _translation(catalog, cell_id, english, lang, lesson)
-        except (KeyError, ValueError) as error:
+        except (KeyError, ValueError):
             if strict:
                 raise
-            missing.append(str(error))
             return english
 
     for cell in out.cells:
@@ -293,9 +291,6 @@ def translate(nb, lang: str, lesson: str, strict: bool = True):
             for start, end, text in reversed(literals(source)):
                 source = source[:start] + translated(cell["id"], text) + source[end:]
             cell["source"] = source
-    if missing:
-        print(f"warning: notebooks/{lang}/{lesson}: {len(missing)} texts stay English until translated "
-              "(python -m i18n.catalog update, then check)", file=sys.stderr)
     out.metadata["course_edition"] = lang
     return out
 
@@ -314,6 +309,9 @@ def release(root: Path) -> list[Path]:
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(translate(english, lang, lesson, strict=False), path)
             written.append(path)
+            if missing := problems(lang, lesson):
+                print(f"warning: notebooks/{lang}/{lesson}: {len(missing)} texts stay English until translated "
+                      "(python -m i18n.catalog update, then check)", file=sys.stderr)
     return written
 
 
@@ -323,17 +321,15 @@ def lesson_of(nb) -> str | None:
     return next((lesson for lesson in LESSONS if texts(source_notebook(lesson)).get("cell-000") == first), None)
 
 
-def code_in_editions(source: str, cell_id: str, lesson: str) -> set[str]:
-    """A code cell's source in English and in every edition (its student-facing messages translated)."""
-    found = {source}
-    for lang in LANGUAGES:
-        import nbformat
-
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source, id=cell_id)])
-        try:
-            found.add(translate(nb, lang, lesson).cells[0].source)
-        except (KeyError, ValueError):  # not translated yet: that edition ships the English
-            pass
+def code_in_editions(nb) -> dict[str, set[str]]:
+    """Each code cell of `nb` (one of the course's lessons, in English) by id: its source in English and as every
+    edition releases it (its student-facing messages translated)."""
+    found = {cell["id"]: {cell["source"]} for cell in nb.cells if cell["cell_type"] == "code"}
+    lesson = lesson_of(nb)
+    for lang in LANGUAGES if lesson else ():
+        for cell in translate(nb, lang, lesson, strict=False).cells:
+            if cell["cell_type"] == "code":
+                found[cell["id"]].add(cell["source"])
     return found
 
 
