@@ -44,6 +44,10 @@ c.OverwriteCells.add_missing_cells = True
 # Each cell of a submission may run this long; an infinite loop then fails one cell, not the batch.
 c.Execute.timeout = int(os.environ.get("GRADER_CELL_TIMEOUT", "300"))
 c.Execute.interrupt_on_timeout = True
+# Once the last cell has run, the kernel is killed, not asked to shut down: a graceful shutdown waited 2-3 s for a
+# kernel that had launched processes (their fork servers), and nothing a kernel does then changes the grade. What it
+# started dies with it (the sandbox's PID namespace and job cgroups; unsandboxed, fork servers end with their caller).
+c.Execute.shutdown_kernel = "immediate"
 
 # A kernel crash costs the cell that caused it, not the submission; the kernel never sees the hidden tests'
 # judge parts, nor keeps the rest of them in its history; canary cells show whether the submission changed how

@@ -177,6 +177,14 @@ def checkpoint_worker(folder: str) -> dict:
 PROBE_SERVER = _fresh.ForkServer(["torch", "helpers.accelerate_probe"])
 
 
+def warm_up() -> None:
+    """The servers this lesson's processes fork from (the launch's ranks, section A6's probe) start importing torch
+    now, in the background: the first launch and the first probe then start at once. Only in a notebook's kernel."""
+    _launch.warm_up()
+    if _probe_server() is not None:
+        PROBE_SERVER.start_in_background()
+
+
 def _probe_server():
     return PROBE_SERVER if sys.platform.startswith("linux") else None
 

@@ -198,6 +198,23 @@ class ForkServer:
                 self.stop()
                 raise
 
+    def start_in_background(self) -> None:
+        """Start the server now, in a thread of this process, so that its imports overlap with what the caller does
+        meanwhile: the first job then starts at once (a job that comes first waits for it). Only in a notebook's
+        kernel (`in_kernel`): elsewhere the first job starts it. A server that cannot start is left to that job to
+        report."""
+        if not in_kernel():
+            return
+
+        def start():
+            with self._lock:
+                try:
+                    self._connection()
+                except Exception:  # noqa: BLE001 - the first job tries again and says why it cannot
+                    self.stop()
+
+        threading.Thread(target=start, name="fork-server-start", daemon=True).start()
+
     def stop(self) -> None:
         """Kill the server and the child it runs (nothing when it is not running)."""
         if self._proc is None:
@@ -227,6 +244,14 @@ class ForkServer:
         if problem is not None:
             raise RuntimeError(f"the fork server could not start:\n{problem}")
         return self._conn
+
+
+def in_kernel() -> bool:
+    """Whether this process is a notebook's kernel (IPython's shell runs it). Servers are started ahead of their
+    first job only there: a script, a test or the grader's judge (which runs a lesson's import cell too) would
+    start processes that it may never use."""
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and ipython.get_ipython() is not None
 
 
 def _receive(conn: Connection, server: subprocess.Popen):

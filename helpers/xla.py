@@ -61,6 +61,13 @@ CPU_SERVER = fresh.ForkServer(
     env={"PJRT_DEVICE": "CPU", "TF_CPP_MIN_LOG_LEVEL": "1", "GRPC_VERBOSITY": "ERROR"})
 
 
+def warm_up() -> None:
+    """XLA:CPU's fork server starts importing torch_xla now, in the background (seconds), so that the first `run`
+    starts at once. Only in a notebook's kernel, where torch_xla is installed and there is no TPU."""
+    if available() and not hardware.tpu_present():
+        CPU_SERVER.start_in_background()
+
+
 def run(fn, *args, n_devices: int | None = None, virtual: bool = False, timeout_s: float = 300,
         with_log: bool = False, **kwargs):
     """Run `fn(*args, **kwargs)` in a fresh process on XLA devices and return its result

@@ -72,6 +72,7 @@ from helpers import grading, checkpoints, commands, compare, data, ddp, launch, 
 
 WORLD = 2  # processes in the examples
 print(launch.plan(WORLD))
+launch.warm_up()  # the server the ranks fork from imports torch now, in the background: the first launch starts at once
 
 # %% [markdown]
 # ## 1. Why DDP: the same step, two ways

@@ -80,6 +80,9 @@ from helpers import commands, compare, ddp, grading, lightning_demo, plotting, x
 
 XLA = xla.available()
 print("torch_xla:", "installed" if XLA else xla.MISSING)
+# the servers that later cells' processes fork from import torch (and torch_xla) now, in the background
+accel.warm_up()
+xla.warm_up()
 
 # %% [markdown]
 # # Part A — Accelerate

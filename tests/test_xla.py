@@ -157,6 +157,20 @@ def test_lightning_inserts_a_distributed_sampler():
         assert s["indices"] == ddp.shard_indices(10, 2, s["rank"], shuffle=s["shuffle"])
 
 
+def test_lesson_4s_imports_leave_lightning_to_the_trainers_process():
+    """Lightning is imported only in the process where a Trainer runs: lesson 4's import cell (every kernel that
+    grades it) does without its seconds; its model class is still `helpers.lightning_demo.Regression` for pickle."""
+    code = ("import pickle, sys\nfrom helpers import accel, commands, compare, ddp, grading, lightning_demo, plotting, xla\n"
+            "print('lightning' in sys.modules)\nRegression = pickle.loads(pickle.dumps(lightning_demo.Regression))\n"
+            "import lightning\nprint(Regression is lightning_demo.Regression, issubclass(Regression, lightning.LightningModule))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True", "True"]
+    with pytest.raises(AttributeError):
+        lightning_demo.Trainer  # noqa: B018 - only Regression is made on demand
+
+
 def test_lightning_demo_rejects_bad_arguments():
     with pytest.raises(ValueError, match="batch_size"):
         lightning_demo.samplers_seen(n_samples=10, batch_size=0)
