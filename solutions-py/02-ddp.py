@@ -61,6 +61,12 @@ import os
 import tempfile
 import time
 
+from helpers import launch
+
+# the server the ranks fork from starts importing torch now, in the background, while the rest imports: the first
+# launch then starts at once
+launch.warm_up()
+
 import matplotlib.pyplot as plt
 import torch
 import torch.distributed as dist
@@ -68,11 +74,10 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler
 
-from helpers import grading, checkpoints, commands, compare, data, ddp, launch, memory, models, plotting
+from helpers import grading, checkpoints, commands, compare, data, ddp, memory, models, plotting
 
 WORLD = 2  # processes in the examples
 print(launch.plan(WORLD))
-launch.warm_up()  # the server the ranks fork from imports torch now, in the background: the first launch starts at once
 
 # %% [markdown]
 # ## 1. Why DDP: the same step, two ways

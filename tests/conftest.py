@@ -51,6 +51,29 @@ def pytest_xdist_make_scheduler(config, log):
     return CourseScheduling(config, log)
 
 
+# The judge's references (torch's own results, helpers.grading.reference), computed once per test session and kept
+# in one folder, as a grading run keeps them for its submissions: nbval's kernels (a solution's hidden tests run
+# whole there), tests/test_answers.py and tests/test_degenerate.py judge the same cells on the same inputs (a key
+# names every input). The controller makes it before the xdist workers start, so they inherit it. The graded class
+# does not use it: its judges keep their own (graders/slots.py), as any grading run does.
+JUDGE_MEMO = "GRADER_JUDGE_MEMO"
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and not os.environ.get(JUDGE_MEMO):
+        import tempfile
+
+        config._judge_memo = os.environ[JUDGE_MEMO] = tempfile.mkdtemp(prefix="judge-memo-")
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_judge_memo", None):
+        import shutil
+
+        shutil.rmtree(config._judge_memo, ignore_errors=True)
+        os.environ.pop(JUDGE_MEMO, None)
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO

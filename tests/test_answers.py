@@ -11,7 +11,6 @@ All in this process (no kernel: a few seconds for a whole lesson). How nbgrader 
 
 import contextlib
 import io
-import os
 
 import nbformat
 import pytest
@@ -27,15 +26,6 @@ CASES = [(lesson, exercise, kind, name) for lesson, exercises in ANSWERS.items()
 def _cells(lesson):
     nb = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
     return [c for c in nb.cells if c.cell_type == "code"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _judge_memo(tmp_path_factory):
-    """The judge's references (torch's own results: launches, XLA runs) kept for the answers after the first, keyed
-    by every input (helpers.grading.reference), as a grading run keeps them for its submissions."""
-    os.environ["GRADER_JUDGE_MEMO"] = str(tmp_path_factory.mktemp("judge-memo"))
-    yield
-    os.environ.pop("GRADER_JUDGE_MEMO", None)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import contextlib
 import io
 import json
 import math
-import os
 import random
 
 import nbformat
@@ -43,14 +42,6 @@ def _solution(lesson):
 
 
 CELLS = [(lesson, grade_id) for lesson in LESSONS for grade_id in judge.judged_cells(_solution(lesson))]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _judge_memo(tmp_path_factory):
-    """The judge's references, computed once for all the mutations (helpers.grading.reference)."""
-    os.environ["GRADER_JUDGE_MEMO"] = str(tmp_path_factory.mktemp("judge-memo"))
-    yield
-    os.environ.pop("GRADER_JUDGE_MEMO", None)
 
 
 @pytest.fixture(scope="module")

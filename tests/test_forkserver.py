@@ -23,52 +23,49 @@ def _hanging_config(tmp_path) -> str:
     return f"--JupyterApp.config_file={config}"
 
 
-def test_a_served_nbgrader_run_gives_what_its_own_process_gives(tmp_path):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One nbgrader server for the tests of what it serves (it imports nbgrader once: seconds), as a grading slot
+    keeps one for all its submissions; each test's jobs must leave it serving the next."""
+    served = forkserver.Server("nbgrader", str(tmp_path_factory.mktemp("server") / "server.log"))
+    yield served
+    served.close()
+
+
+def test_a_served_nbgrader_run_gives_what_its_own_process_gives(tmp_path, server):
     env = {**os.environ, "NBGRADER_TEST_MARK": "from the job's environment"}
     config = tmp_path / "nbgrader_config.py"  # prints what the job sees, then nbgrader prints its help
     config.write_text("import os\nprint('cwd', os.getcwd(), os.environ.get('NBGRADER_TEST_MARK'))\n")
     args = ["list", "--help", f"--JupyterApp.config_file={config}"]
-    server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
-    try:
-        served = [runs.run_served(server, args, tmp_path, env, timeout=60) for _ in range(2)]
-    finally:
-        server.close()
+    served = [runs.run_served(server, args, tmp_path, env, timeout=60) for _ in range(2)]
     alone = runs.run_watched([str(Path(sys.executable).with_name("nbgrader")), *args], tmp_path, env, timeout=60)
     assert alone.returncode == 0 and "List assignments" in alone.stdout
     for run in served:
         assert (run.returncode, run.stdout, run.stderr) == (alone.returncode, alone.stdout, alone.stderr)
 
 
-def test_a_served_job_that_fails_reports_its_status_and_stderr(tmp_path):
+def test_a_served_job_that_fails_reports_its_status_and_stderr(tmp_path, server):
     args = ["autograde", "no-such-lesson", f"--CourseDirectory.root={tmp_path}"]
-    server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
-    try:
-        run = runs.run_served(server, args, tmp_path, dict(os.environ), timeout=60)
-    finally:
-        server.close()
+    run = runs.run_served(server, args, tmp_path, dict(os.environ), timeout=60)
     alone = runs.run_watched([str(Path(sys.executable).with_name("nbgrader")), *args], tmp_path, dict(os.environ),
                                  timeout=60)
     assert run.returncode == alone.returncode != 0
     assert run.stderr == alone.stderr
 
 
-def test_the_watchdog_stops_a_served_job_that_stalls_or_runs_too_long(tmp_path):
+def test_the_watchdog_stops_a_served_job_that_stalls_or_runs_too_long(tmp_path, server):
     progress = tmp_path / "progress"
     progress.write_text("3")
-    server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
-    try:
-        start = time.monotonic()
-        stalled = runs.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ),
-                                      timeout=60, progress=str(progress), stalled_after=1.5)
-        assert time.monotonic() - start < 20
-        assert worker.reason(stalled) == submission.KERNEL_HUNG
-        assert not psutil.pid_exists(int((tmp_path / "pid").read_text())), "the stalled job was killed"
-        late = runs.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ), timeout=1)
-        assert worker.reason(late) == submission.TIMED_OUT
-        again = runs.run_served(server, ["list", "--help"], tmp_path, dict(os.environ), timeout=60)
-        assert again.returncode == 0, "the server serves on after a job was killed"
-    finally:
-        server.close()
+    start = time.monotonic()
+    stalled = runs.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ),
+                              timeout=60, progress=str(progress), stalled_after=1.5)
+    assert time.monotonic() - start < 20
+    assert worker.reason(stalled) == submission.KERNEL_HUNG
+    assert not psutil.pid_exists(int((tmp_path / "pid").read_text())), "the stalled job was killed"
+    late = runs.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ), timeout=1)
+    assert worker.reason(late) == submission.TIMED_OUT
+    again = runs.run_served(server, ["list", "--help"], tmp_path, dict(os.environ), timeout=60)
+    assert again.returncode == 0, "the server serves on after a job was killed"
 
 
 def test_a_dead_client_takes_its_server_and_the_running_job_along(tmp_path):
@@ -94,8 +91,7 @@ def test_a_dead_client_takes_its_server_and_the_running_job_along(tmp_path):
     assert not alive, f"still running after their client was killed: {alive}"
 
 
-def test_when_the_server_cannot_run_a_job_nbgrader_runs_in_a_process_of_its_own(tmp_path, monkeypatch):
-    server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
+def test_when_the_server_cannot_run_a_job_nbgrader_runs_in_a_process_of_its_own(tmp_path, monkeypatch, server):
     monkeypatch.setattr(server, "run", lambda *a, **k: forkserver.Ended(None, "the nbgrader server exited", server_failed=True))
     run = runs.nbgrader(tmp_path, "list", "--help", timeout=60, server=server)
     assert run.returncode == 0 and "List assignments" in run.stdout
@@ -106,17 +102,13 @@ def test_a_server_of_an_unknown_kind_is_refused(tmp_path):
         forkserver.Server("python", str(tmp_path / "log"))
 
 
-def test_a_job_runs_under_the_memory_limit_its_request_sets(tmp_path):
+def test_a_job_runs_under_the_memory_limit_its_request_sets(tmp_path, server):
     """The judge and a feedback page run under an address-space limit (their work grows with what a submission
     sent): a job asking for more fails, and the server serves on."""
     config = tmp_path / "big_config.py"
     config.write_text("hog = bytearray(3 * 2**30)\nprint('allocated')\n")
     args = ["list", f"--JupyterApp.config_file={config}"]
-    server = forkserver.Server("nbgrader", str(tmp_path / "server.log"))
-    try:
-        limited = runs.run_served(server, args, tmp_path, dict(os.environ), timeout=120, memory_bytes=2 * 2**30)
-        assert limited.returncode != 0 and "MemoryError" in limited.stdout + limited.stderr
-        free = runs.run_served(server, args, tmp_path, dict(os.environ), timeout=120)
-        assert "allocated" in free.stdout, "without a limit the same job runs"
-    finally:
-        server.close()
+    limited = runs.run_served(server, args, tmp_path, dict(os.environ), timeout=120, memory_bytes=2 * 2**30)
+    assert limited.returncode != 0 and "MemoryError" in limited.stdout + limited.stderr
+    free = runs.run_served(server, args, tmp_path, dict(os.environ), timeout=120)
+    assert "allocated" in free.stdout, "without a limit the same job runs"
