@@ -94,6 +94,7 @@ def test_deep_or_huge_data_is_refused(monkeypatch):
 
 
 def test_reference_is_memoized_in_the_judges_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRADER_JUDGE_MEMO", raising=False)  # the test session's (tests/conftest.py)
     calls = []
 
     def compute():
