@@ -203,17 +203,16 @@ class ForkServer:
         meanwhile: the first job then starts at once (a job that comes first waits for it). Only in a notebook's
         kernel (`in_kernel`): elsewhere the first job starts it. A server that cannot start is left to that job to
         report."""
-        if not in_kernel():
-            return
 
         def start():
             with self._lock:
                 try:
                     self._connection()
-                except Exception:  # noqa: BLE001 - the first job tries again and says why it cannot
+                except Exception:
                     self.stop()
+                    raise
 
-        threading.Thread(target=start, name="fork-server-start", daemon=True).start()
+        start_in_background(start)
 
     def stop(self) -> None:
         """Kill the server and the child it runs (nothing when it is not running)."""
@@ -244,6 +243,21 @@ class ForkServer:
         if problem is not None:
             raise RuntimeError(f"the fork server could not start:\n{problem}")
         return self._conn
+
+
+def start_in_background(start) -> None:
+    """`start()` (a server's start-up) in a thread of this process, only in a notebook's kernel (`in_kernel`). A
+    server that cannot start is left to its first job, which starts it again and says why it cannot."""
+    if not in_kernel():
+        return
+
+    def quietly():
+        try:
+            start()
+        except Exception:  # noqa: BLE001 - reported by the first job (above)
+            pass
+
+    threading.Thread(target=quietly, name="server-start", daemon=True).start()
 
 
 def in_kernel() -> bool:

@@ -30,7 +30,6 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from ._validate import positive_int, positive_number, str_dict
-from .fresh import child_error, in_kernel, raise_at
+from .fresh import child_error, raise_at, start_in_background
 from .hardware import threads_per_rank
 
 STOP_GRACE_S = 3.0
@@ -197,19 +196,11 @@ RENDEZVOUS_ERRORS = ("address already in use", "connectfullmesh failed", "connec
 def warm_up() -> None:
     """Start the server the ranks fork from now, in the background (it imports torch: seconds), so that the first
     launch starts at once instead of waiting for it. Only in a notebook's kernel (`fresh.in_kernel`)."""
-    if not (in_kernel() and sys.platform.startswith("linux")):
-        return
-    from multiprocessing import forkserver
+    if sys.platform.startswith("linux"):
+        from multiprocessing import forkserver
 
-    _context()  # the preload the ranks' server imports
-    threading.Thread(target=_start_forkserver, args=(forkserver,), name="forkserver-start", daemon=True).start()
-
-
-def _start_forkserver(forkserver) -> None:
-    try:
-        forkserver.ensure_running()
-    except Exception:  # noqa: BLE001 - the first launch starts it again and says why it cannot
-        pass
+        _context()  # the preload the ranks' server imports
+        start_in_background(forkserver.ensure_running)
 
 
 def _rendezvous_failed(failure: "WorkerFailed") -> bool:

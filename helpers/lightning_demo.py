@@ -93,9 +93,9 @@ def samplers_seen(n_samples: int = 10, batch_size: int = 2, shuffle: bool = Fals
 
 
 def _fit_and_report(n_samples, batch_size, shuffle, kwargs) -> list[dict]:
-    with tempfile.TemporaryDirectory() as folder:
-        import lightning as L
+    import lightning as L
 
+    with tempfile.TemporaryDirectory() as folder:
         trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                             enable_model_summary=False, **kwargs)
         loader = DataLoader(data.indexed(n_samples), batch_size=batch_size, shuffle=shuffle)
