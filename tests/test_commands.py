@@ -32,11 +32,19 @@ def test_a_command_runs_and_its_output_comes_back():
     assert (out.returncode, out.stdout, out.stderr) == (3, "out\n", "err\n")
 
 
-def test_commands_run_at_once_and_come_back_in_order():
-    start = time.monotonic()
-    outs = commands.run_all([[sys.executable, "-c", f"import time; time.sleep(1); print({i})"] for i in range(3)])
-    assert [o.stdout.strip() for o in outs] == ["0", "1", "2"]
-    assert time.monotonic() - start < 2.9, "the commands ran one after the other"
+def test_commands_run_at_once_and_come_back_in_order(tmp_path):
+    """Each command waits until all three have started (a barrier of files): run one after the other, the first
+    would give up waiting. No wall-clock bound, which a loaded machine breaks."""
+    barrier = (
+        "import pathlib, sys, time\n"
+        "folder, me = pathlib.Path(sys.argv[1]), sys.argv[2]\n"
+        "(folder / me).touch()\n"
+        "deadline = time.monotonic() + 60\n"
+        "while len(list(folder.iterdir())) < 3 and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "print(me if len(list(folder.iterdir())) == 3 else 'alone')\n")
+    outs = commands.run_all([[sys.executable, "-c", barrier, str(tmp_path), str(i)] for i in range(3)], timeout_s=120)
+    assert [o.stdout.strip() for o in outs] == ["0", "1", "2"], "the commands ran one after the other"
 
 
 def test_torchrun_is_reachable_from_the_interpreter_alone():

@@ -337,7 +337,7 @@ def test_a_timeout_stops_the_workers_a_job_started_as_well(tmp_path):
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="timeout_s=3"):
         fresh.run(_worker_starting_job(), str(pid_file), 60, timeout_s=3)
-    assert time.monotonic() - start < 6
+    assert time.monotonic() - start < 30  # the stray worker sleeps 60 s; a fresh start under load takes seconds
     assert _dead(int(pid_file.read_text()))
 
 
@@ -346,7 +346,7 @@ def test_a_job_that_ends_takes_the_workers_it_left_behind_along(tmp_path):
     pid_file = tmp_path / "worker.pid"
     start = time.monotonic()
     assert fresh.run(_worker_starting_job(), str(pid_file), 0, timeout_s=30) == "done"
-    assert time.monotonic() - start < 6
+    assert time.monotonic() - start < 30  # the stray worker sleeps 60 s; a fresh start under load takes seconds
     assert _dead(int(pid_file.read_text()))
 
 
