@@ -1,8 +1,6 @@
 """helpers.commands: launchers run from a cell leave nothing behind, whatever happens to the cell."""
 
-import os
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
