@@ -151,13 +151,13 @@ def test_retries_share_one_time_limit(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(args, 1, "", "")
 
     monkeypatch.setattr(worker, "nbgrader", crashing_nbgrader)
-    with slots.Slots(1, sandboxed=False) as job_slots:  # its servers' start and stop are not the submission's time
-        start = time.monotonic()
+    with slots.Slots(1, sandboxed=False) as job_slots:
         result = worker.execute(task, b"", job_slots)
-        took = time.monotonic() - start
-    assert took < 2, "the retries ran past the submission's time limit"
-    assert result.status.startswith("not graded") and len(timeouts) <= 3
-    assert all(later < earlier for earlier, later in zip(timeouts, timeouts[1:]))
+    # each try is given what is left of the one limit, and the tries stop once it is spent: at most three of
+    # 0.4 s fit in 1 s (MAX_CRASHES would allow six). Counted, not timed: CI's load once made 1.2 s take 3 s.
+    assert result.status == "not graded: " + worker.TIMED_OUT
+    assert 1 <= len(timeouts) <= 3 < worker.MAX_CRASHES + 1, timeouts
+    assert timeouts[0] <= 1 and all(later < earlier - 0.3 for earlier, later in zip(timeouts, timeouts[1:])), timeouts
 
 
 def test_a_kernel_that_dies_unnoticed_costs_its_cell_not_the_submission(tmp_path):
