@@ -182,10 +182,10 @@ def _only_the_bombs_cell_was_skipped(root, ctx):
     assert skipped == ["device0_extra"], f"skipped: {skipped}"
 
 
-def _links_did_nothing(root, ctx):
+def _links_did_nothing(root, ctx, student="escapes"):
     secret = Path(ctx["secret"])
     assert secret.read_text() == "TOPSECRET" and (secret.stat().st_mode & 0o777) == 0o600, "the secret was touched"
-    feedback = root / "feedback" / "links_out" / LESSON
+    feedback = root / "feedback" / student / LESSON
     assert not (feedback / "leak.txt").exists() and not (feedback / "up").exists(), "a link reached the feedback"
     assert "TOPSECRET" not in "".join(p.read_text(errors="replace") for p in feedback.glob("*") if p.is_file())
     assert (root / "gradebook.db").read_bytes()[:15] == b"SQLite format 3"
@@ -223,13 +223,13 @@ def _feedback_shows_nothing_hidden(root, ctx):
 ELSEWHERE = '''try:
     print(open("{elsewhere}").read())
 except OSError as _error:
-    print("blocked", type(_error).__name__)
+    print("elsewhere: blocked", type(_error).__name__)
 '''
 
 
-def _nothing_from_elsewhere(root, ctx):
-    graded = (root / "autograded" / "elsewhere" / LESSON / f"{LESSON}.ipynb").read_text()
-    assert "blocked" in graded and "ELSEWHERE-CONTENT" not in graded
+def _nothing_from_elsewhere(root, ctx, student="escapes"):
+    graded = (root / "autograded" / student / LESSON / f"{LESSON}.ipynb").read_text()
+    assert "elsewhere: blocked" in graded and "ELSEWHERE-CONTENT" not in graded
 
 
 ENVIRONMENT = '''import os
@@ -237,8 +237,8 @@ print(dict(os.environ))
 '''
 
 
-def _environment_stays_outside(root, ctx):
-    graded = (root / "autograded" / "environment" / LESSON / f"{LESSON}.ipynb").read_text()
+def _environment_stays_outside(root, ctx, student="escapes"):
+    graded = (root / "autograded" / student / LESSON / f"{LESSON}.ipynb").read_text()
     assert "PATH" in graded and ctx["env_secret"] not in graded, "the grader's environment reached the student's code"
     # what the grader does set: idle OpenMP threads sleep, on a machine shared with other submissions
     assert "'OMP_WAIT_POLICY': 'PASSIVE'" in graded, "graded kernels should wait passively (worker.SHARED_MACHINE_OMP)"
@@ -383,9 +383,9 @@ def _prints_history(nb, ctx):
     _cell(nb, "quiz").source += "\n" + PRINT_HISTORY
 
 
-def _history_shows_nothing_hidden(root, ctx):
-    graded = (root / "autograded" / "prints_history" / LESSON / f"{LESSON}.ipynb").read_text()
-    page = (root / "feedback" / "prints_history" / LESSON / f"{LESSON}.html").read_text()
+def _history_shows_nothing_hidden(root, ctx, student="honest_oddities"):
+    graded = (root / "autograded" / student / LESSON / f"{LESSON}.ipynb").read_text()
+    page = (root / "feedback" / student / LESSON / f"{LESSON}.html").read_text()
     hidden = [line for line in _hidden_lines(ctx["repo"]) if "collect" in line or "_cases" in line]
     assert hidden and "my_split_sizes" in graded
     printed = "".join(o.get("text", "") for c in nbformat.reads(graded, as_version=4).cells
@@ -416,8 +416,8 @@ def _dressed_as_a_canary(nb, ctx):
     nb.cells.insert(len(nb.cells) - 1, cell)
 
 
-def _the_dressed_cell_stays(root, ctx):
-    graded = (root / "autograded" / "dressed_as_a_canary" / LESSON / f"{LESSON}.ipynb").read_text()
+def _the_dressed_cell_stays(root, ctx, student="honest_oddities"):
+    graded = (root / "autograded" / student / LESSON / f"{LESSON}.ipynb").read_text()
     assert "THE STUDENT RAN THIS" in graded, "a cell that ran vanished from the graded notebook"
 
 
@@ -447,7 +447,7 @@ def _script_links(nb, ctx):
         "<javascript:alert(2)> [ref][r] ![img](javascript:alert(3))\n\n[r]: jav&#x61;script:alert(4)\n"))
 
 
-def _links_are_inert(root, ctx):
+def _links_are_inert(root, ctx, student="honest_oddities"):
     from html.parser import HTMLParser
 
     urls = []
@@ -456,7 +456,7 @@ def _links_are_inert(root, ctx):
         def handle_starttag(self, tag, attrs):
             urls.extend(value or "" for name, value in attrs if name in ("href", "src", "action", "formaction"))
 
-    Links().feed((root / "feedback" / "script_links" / LESSON / f"{LESSON}.html").read_text())
+    Links().feed((root / "feedback" / student / LESSON / f"{LESSON}.html").read_text())
     bad = [u for u in urls if "".join(u.split()).lower().startswith(("javascript:", "data:text", "vbscript:"))]
     assert urls and not bad, bad
 
@@ -569,6 +569,41 @@ def _only_unchanged_demonstrations_left_out(root, ctx):
     assert not explanation_cells_that_failed(root, "changes_demonstrations", LESSON)
 
 
+# Attacks that each leave the grade alone (FULL) and are checked each on its own, graded in one submission (a
+# kernel per attack cost ~6 CPU-s each): the sandbox probes, each in a code cell of the student's own (one that
+# raises cannot stop the next), then the links out in the quiz cell, last, as they replace the notebook itself.
+PROBES = ("import glob, sqlite3\n" + STEAL, "import sqlite3\n" + WRITE_OUTSIDE, NETWORK, ENVIRONMENT, ELSEWHERE)
+PROBE_CANARIES = ["{repo}/pwned.txt", "{root}/pwned.txt", "{host_tmp}/pwned.txt", "{host_tmp}/pwned2.txt"]
+
+
+def _escapes(nb, ctx):
+    quiz = _cell(nb, "quiz")
+    at = nb.cells.index(quiz)
+    nb.cells[at:at] = [nbformat.v4.new_code_cell(probe.format(**ctx)) for probe in PROBES]
+    quiz.source = LINKS_OUT.format(**ctx) + quiz.source
+
+
+def _escapes_did_nothing(root, ctx):
+    _nothing_from_elsewhere(root, ctx)
+    _environment_stays_outside(root, ctx)
+    _links_did_nothing(root, ctx)
+
+
+# What students do that must cost nothing and flag nothing: IPython extensions, printing the input history,
+# a cell that looks like the grader's canary, Markdown links that run script when clicked (inert in the feedback).
+def _honest_oddities(nb, ctx):
+    _cell(nb, "split_sizes").source = HONEST_EXTENSIONS + _cell(nb, "split_sizes").source
+    _prints_history(nb, ctx)
+    _dressed_as_a_canary(nb, ctx)
+    _script_links(nb, ctx)
+
+
+def _oddities_changed_nothing(root, ctx):
+    _history_shows_nothing_hidden(root, ctx)
+    _the_dressed_cell_stays(root, ctx)
+    _links_are_inert(root, ctx)
+
+
 CASES = [
     Case("syntax_error", edit("device_samples", replace="def device_samples(batch_size, n_devices, device:\n    return []\n"),
          {**FULL, "device_samples_tests": 0}),
@@ -592,15 +627,12 @@ CASES = [
     Case("always_equal", edit("split_sizes", replace="class Anything(list):\n    def __eq__(self, other):\n        return True\n"
                                                      "def my_split_sizes(batch_size, n_devices):\n    return Anything()\n"),
          {**FULL, "split_sizes_tests": 0}),
-    Case("reads_solutions_and_gradebook", edit("quiz", STEAL), FULL),
-    Case("writes_outside_and_gradebook", edit("quiz", "import sqlite3\n" + WRITE_OUTSIDE), FULL,
-         canaries=["{repo}/pwned.txt", "{root}/pwned.txt", "{host_tmp}/pwned.txt", "{host_tmp}/pwned2.txt"]),
-    Case("opens_a_socket", edit("quiz", NETWORK), FULL),
+    Case("escapes", notebook(_escapes), FULL, canaries=PROBE_CANARIES, check=_escapes_did_nothing),
+    Case("honest_oddities", notebook(_honest_oddities), FULL, check=_oddities_changed_nothing),  # no flag either
     Case("symlinked_notebook", _symlinked_notebook, ZERO, status="not graded: the notebook is not a regular file"),
     Case("symlinked_lesson_folder", _symlinked_lesson_folder, ZERO, status="not graded: the submission is a symbolic link"),
     Case("notebook_is_a_folder", _folder_named_like_the_notebook, ZERO, status="not graded: the notebook is not a regular file"),
     Case("lone_surrogate", _lone_surrogate, FULL),
-    Case("links_out", edit("quiz", LINKS_OUT), FULL, check=_links_did_nothing),
     Case("leaks", notebook(_leaks_into_feedback), FULL, check=_feedback_shows_nothing_hidden, flagged=True),
     Case("neuters_cells", trick(NEUTER_CELLS, base=_released), ZERO, flagged=True),
     Case("neuters_cells_of_answers", trick(NEUTER_CELLS), ZERO, flagged=True),  # no data: less than honest, never more
@@ -615,16 +647,10 @@ CASES = [
     Case("patched_builtin_type", trick(PATCH_TYPE, answers={**WRONG_ANSWERS, "split_sizes": TUPLE_SIZES}), HONEST_WRONG, flagged=True),
     Case("shadowed_modules", trick(SHADOW), HONEST_WRONG, flagged=True),
     Case("startup_files", _startup_files, ZERO),
-    Case("honest_extensions", edit("split_sizes", HONEST_EXTENSIONS), FULL),  # a kernel set up as students do: no flag
-    Case("environment", edit("quiz", ENVIRONMENT), FULL, check=_environment_stays_outside),
-    Case("elsewhere", edit("quiz", ELSEWHERE), FULL, check=_nothing_from_elsewhere),
     Case("private_chunk", edit("split_sizes", replace=PRIVATE_CHUNK), FULL, flagged=True),
-    Case("prints_history", notebook(_prints_history), FULL, check=_history_shows_nothing_hidden),
     Case("forged_status", edit("device_samples", FORGED_STATUS), {**FULL, "device_samples_tests": 0},
          status="graded (cell", check=_status_is_what_the_grader_saw),
-    Case("dressed_as_a_canary", notebook(_dressed_as_a_canary), FULL, check=_the_dressed_cell_stays),
     Case("big_outputs", edit("quiz", BIG_OUTPUTS), FULL, check=_outputs_stay_bounded, flagged=True),
-    Case("script_links", notebook(_script_links), FULL, check=_links_are_inert),
     Case("formula_flags", trick(FORMULA), HONEST_WRONG, check=_records_hold_no_student_words, flagged=True),
     Case("many_cells", _many_cells, ZERO, status="not graded: the notebook has more than"),
     Case("answers_canaries", trick(CANARY_ANSWERER), HONEST_WRONG, flagged=True),
@@ -634,8 +660,8 @@ CASES = [
 
 
 # The rest of the class graded with the corpus (tests/classroom.py): every lesson's solution, its released
-# notebook and the solution with one wrong answer, and correct answers that print warnings (these two without
-# the lesson's demonstrations).
+# notebook and the solution with one wrong answer (with correct answers that print warnings in lessons 1 and 3;
+# without the lesson's demonstrations).
 LESSON_POINTS = {
     LESSON: POINTS,
     "02-ddp": {"shard_tests": 2, "loader_tests": 2, "average_tests": 2, "accumulate_tests": 3,
@@ -666,6 +692,15 @@ def _warning_answer_dp(nb):
         "    rows = -(-batch_size // n_devices)", '    warnings.warn("a student\'s own warning")\n    rows = -(-batch_size // n_devices)', 1)
 
 
+def _warnings_and_a_wrong_quiz(warning_answers):
+    """Correct answers that warn, and a wrong quiz: the quiz alone loses its points (the class grades both in one
+    submission per lesson)."""
+    def change(nb):
+        warning_answers(nb)
+        wrong_quiz(nb)
+    return change
+
+
 # student -> {lesson: edit of the solution, without its DEMONSTRATIONS (None: the solution as it is), or "blank": the
 # whole released notebook}. The blank submissions run the demonstrations (the website shows their outputs); blank
 # submissions graded as grading does by default leave them out (tests/test_demonstrations.py compares the two).
@@ -674,8 +709,8 @@ CLASS = {
     "full": {lesson: None for lesson in LESSON_POINTS},
     "blank": {lesson: "blank" for lesson in LESSON_POINTS},
     LEFT_OUT: {lesson: "blank" for lesson in LESSON_POINTS},
-    "wrong_quiz": {lesson: wrong_quiz for lesson in LESSON_POINTS},
-    "warnings": {LESSON: _warning_answer_dp, "03-amp": _warning_answers_amp},
+    "wrong_quiz": {**{lesson: wrong_quiz for lesson in LESSON_POINTS}, LESSON: _warnings_and_a_wrong_quiz(_warning_answer_dp),
+                   "03-amp": _warnings_and_a_wrong_quiz(_warning_answers_amp)},
     "turkish": {lesson: "tr" for lesson in LESSON_POINTS},  # the solutions in the Turkish edition (i18n/)
 }
 

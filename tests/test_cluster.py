@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import course_docs
-from corpus import LESSON, wrong_quiz, write_class_submission
+from corpus import CLASS, LESSON, write_class_submission
 from graders import sandbox
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def test_the_readme_commands_grade_on_a_scheduler_and_worker_the_same(graded_cla
     shutil.copytree(REPO / "solutions", tmp_path / "solutions")
     folder = tmp_path / "submitted" / "wrong_quiz" / LESSON
     folder.mkdir(parents=True)
-    write_class_submission(folder, REPO, LESSON, wrong_quiz)
+    write_class_submission(folder, REPO, LESSON, CLASS["wrong_quiz"][LESSON])
     _grade_with_the_readme_commands(tmp_path)
     with open(tmp_path / "grades.csv") as f:
         (row,) = list(csv.DictReader(f))

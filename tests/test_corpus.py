@@ -41,7 +41,7 @@ def test_the_students_file_is_kept(graded_class):
 
 def test_nothing_was_stolen(graded_class):
     root = graded_class.root
-    notebook = nbformat.read(root / "autograded" / "reads_solutions_and_gradebook" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    notebook = nbformat.read(root / "autograded" / "escapes" / LESSON / f"{LESSON}.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in notebook.cells for o in c.get("outputs", []))
     assert "STOLEN" not in printed
     assert "BEGIN SOLUTION" not in printed and "BEGIN HIDDEN" not in printed

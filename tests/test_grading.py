@@ -78,10 +78,11 @@ def test_one_wrong_answer_loses_exactly_its_points(graded_class, lesson):
 
 @pytest.mark.parametrize("lesson", [LESSON, "03-amp"])
 def test_a_warning_on_stderr_costs_nothing(graded_class, lesson):
-    """nbgrader alone scores a test cell 0 when anything reached stderr: a correct answer that warned lost its points."""
-    assert graded_class.results["warnings", lesson].status == "graded"
-    assert _points(graded_class.rows["warnings", lesson], lesson) == POINTS[lesson]
-    graded_notebook = (graded_class.root / "autograded" / "warnings" / lesson / f"{lesson}.ipynb").read_text()
+    """nbgrader alone scores a test cell 0 when anything reached stderr: a correct answer that warned lost its points.
+    (The class's wrong_quiz submission of these lessons warns in other cells: those keep every point.)"""
+    assert graded_class.results["wrong_quiz", lesson].status == "graded"
+    assert _points(graded_class.rows["wrong_quiz", lesson], lesson) == {**POINTS[lesson], "quiz_tests": 0}
+    graded_notebook = (graded_class.root / "autograded" / "wrong_quiz" / lesson / f"{lesson}.ipynb").read_text()
     assert "warnings do not change the grade" in graded_notebook, "the warning stays visible to the instructor"
 
 
