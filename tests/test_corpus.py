@@ -76,7 +76,7 @@ def test_regrading_is_idempotent(graded_class):
         if folder.name not in keep:
             shutil.move(str(folder), str(parked / folder.name))
     try:
-        pipeline.grade(root, cell_timeout=CELL_TIMEOUT, submission_timeout=900, jobs=2, lesson_timeouts=LESSON_TIMEOUTS)
+        pipeline.grade(root, cell_timeout=CELL_TIMEOUT, submission_timeout=900, jobs=1, lesson_timeouts=LESSON_TIMEOUTS)
         with open(root / "grades.csv") as f:
             again = {row["student"]: row for row in csv.DictReader(f)}
     finally:
