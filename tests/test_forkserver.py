@@ -59,7 +59,7 @@ def test_the_watchdog_stops_a_served_job_that_stalls_or_runs_too_long(tmp_path, 
     start = time.monotonic()
     stalled = runs.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ),
                               timeout=60, progress=str(progress), stalled_after=1.5)
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 40  # not the 60 s limit
     assert worker.reason(stalled) == submission.KERNEL_HUNG
     assert not psutil.pid_exists(int((tmp_path / "pid").read_text())), "the stalled job was killed"
     late = runs.run_served(server, ["list", _hanging_config(tmp_path)], tmp_path, dict(os.environ), timeout=1)

@@ -77,7 +77,7 @@ def test_a_failing_rank_stops_everyone_quickly_with_its_traceback():
     start = time.monotonic()
     with pytest.raises(launch.WorkerFailed) as info:
         launch.launch(fails_on_rank_one, 2, timeout_s=60)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 40  # not the 60 s timeout (a loaded machine's fork server takes seconds)
     assert info.value.rank == 1 and "KeyError" in info.value.details and "rank one is broken" in str(info.value)
 
 
@@ -85,7 +85,7 @@ def test_a_rank_that_skips_a_collective_fails_at_the_timeout():
     start = time.monotonic()
     with pytest.raises(launch.WorkerFailed) as info:
         launch.launch(skips_a_collective, 2, timeout_s=4)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 40
     assert info.value.rank == 0 and "Timed out" in info.value.details
 
 
@@ -93,7 +93,7 @@ def test_a_rank_that_dies_without_a_word_is_reported():
     start = time.monotonic()
     with pytest.raises(launch.WorkerFailed, match="exited with code 3") as info:
         launch.launch(dies_silently, 2, timeout_s=30)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 25  # not the 30 s timeout
     assert info.value.rank == 1
 
 
@@ -227,7 +227,7 @@ def test_a_rank_that_hangs_on_its_way_out_has_already_delivered_its_result(tmp_p
 
     start = time.monotonic()
     assert launch.launch(worker, 2, timeout_s=30) == [0, 10]
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 25  # not the 30 s timeout
     assert list(tmp_path.iterdir()) == []
 
 

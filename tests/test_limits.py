@@ -89,7 +89,7 @@ def test_a_fork_bomb_is_stopped_when_it_reaches_its_jobs_process_limit(job_of):
             time.sleep(0.05)
         assert watch.fired, "the watch should see the job at its process limit"
         assert bomb.wait(timeout=10) == -9, "the bomb is killed"
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < 20
     assert all(not limits._pids(p) for p in job.paths), "nothing of the job is left"
 
 

@@ -75,7 +75,7 @@ def test_a_dead_rank_stops_the_launch_and_leaves_the_bar_where_it_was(bars):
     start = time.monotonic()
     with pytest.raises(launch.WorkerFailed, match="exited with code 3"):
         launch.launch(dies_after_a_few_steps, 2, timeout_s=30)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 25  # not the 30 s timeout
     (bar,) = bars
     assert bar.closed and bar.total == 200 and 3 <= bar.n < 200
 
