@@ -31,14 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 # What each kind of job imports before it forks. (graders.* are not preloaded: the nbgrader config imports
 # graders.execute, which reads its settings from the job's environment when imported.)
 PRELOAD = {
-    # and what autograde and generate_feedback import on their way: the HTML exporter, its Markdown and highlighting,
-    # IPython's cell parsing, the Turkish catalogs' reader
-    "nbgrader": ("nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.apps.generatefeedbackapp",
-                 "nbgrader.preprocessors", "nbclient", "jupyter_client.manager", "sqlalchemy", "sqlite3", "alembic",
-                 "nbconvert.exporters.html", "jinja2.ext", "mistune.plugins.def_list", "mistune.plugins.task_lists",
-                 "mistune.plugins.url", "bleach", "IPython.core.interactiveshell", "IPython.core.inputtransformer2",
-                 "IPython.lib.lexers", "ipython_pygments_lexers", "babel.messages.pofile", "babel.dates",
-                 "ipykernel.kernelspec", "psutil", "difflib", "symtable", "codeop"),
+    "nbgrader": ("nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.preprocessors",
+                 "nbclient", "jupyter_client.manager", "sqlalchemy", "alembic"),
     # Not helpers.accel: importing it sets USE_TORCH_XLA, which lesson 4's judgements set for themselves.
     # torch._dynamo: torch.optim imports it with the first optimizer a judgement makes (0.9 CPU-s a notebook).
     "judge": ("graders.judge", "torch", "torch._dynamo", "torch.distributed", "torch.multiprocessing",
@@ -102,14 +96,11 @@ def _warm_up_the_exporter() -> None:
     HTMLExporter().from_notebook_node(nb)
 
 
-WARM_UP = {"nbgrader": _warm_up_the_exporter}
-
-
 def serve(kind: str, requests=sys.stdin, replies=sys.stdout) -> None:
     for name in PRELOAD[kind]:
         importlib.import_module(name)
-    if kind in WARM_UP:
-        WARM_UP[kind]()
+    if kind == "nbgrader":
+        _warm_up_the_exporter()
     job = JOBS[kind]
     while True:
         line = requests.readline()
