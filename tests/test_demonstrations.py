@@ -3,12 +3,11 @@ grading leaves out unless asked (`--run-demonstrations`), change no grade.
 
 The proof, for every lesson. Statically, here: in the solution and in the released notebook alike, nothing after a
 demonstration reads what it binds or changes, and grading leaves out exactly the tagged cells. Dynamically, in the
-class of tests/classroom.py (tests/corpus.py's demonstrations_run case checks it, lesson by lesson): the released
-notebook graded with its demonstrations run and left out gets the same status, flags, score per graded cell and
-verdicts; the solution, left out (the class's full submissions, whose demonstrations are checked to have been left
-out), scores full marks (test_grading.py) as it does with them run (nbval runs every cell of every solution with its
-hidden tests, judge parts included; lesson 1's is graded both ways and compared). That covers what reading the code
-cannot see: what a helper does to what it is handed, the global random generators.
+class of tests/classroom.py (test_grading.py's test_demonstrations_run_or_left_out_change_no_grade, lesson by
+lesson): the solution graded in the sandbox with its demonstrations run (the class's full submissions) and left out
+(its Turkish submissions, the same code, whose demonstrations are checked to have been left out) gets the same status,
+flags, points per graded cell and verdicts: full marks. That covers what reading the code cannot see: what a helper
+does to what it is handed, the global random generators.
 """
 
 import subprocess

@@ -10,12 +10,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from corpus import CLASS, LESSON, LESSON_POINTS as POINTS, _cell
+from corpus import CLASS, LESSON, LESSON_POINTS as POINTS, _cell, explanation_cells_that_failed, ran, verdicts_shown
 from graders import course, grades, intake, pipeline, record, runs, sandbox, slots, submission, worker
 
 REPO = Path(__file__).resolve().parent.parent
 # Lesson-1 cases of the corpus (tests/corpus.py) that this file checks too, when the sandbox lets the corpus run.
-CORPUS_CASES = ("syntax_error", "infinite_loop", "deleted_test_cell", "os_exit")
+CORPUS_CASES = ("syntax_error", "infinite_loop", "tampered_notebook", "forged_status")
 needs_corpus = pytest.mark.skipif(sandbox.available() is not None, reason="the corpus is graded only in the sandbox")
 
 
@@ -98,15 +98,15 @@ def test_infinite_loop_times_out_that_cell_only(graded_class):
 
 @needs_corpus
 def test_deleted_test_cell_is_restored_and_run(graded_class):
-    assert _points(graded_class.rows["deleted_test_cell", LESSON]) == POINTS[LESSON]
-    restored = nbformat.read(graded_class.root / "autograded" / "deleted_test_cell" / LESSON / f"{LESSON}.ipynb", as_version=4)
+    assert _points(graded_class.rows["tampered_notebook", LESSON]) == POINTS[LESSON]
+    restored = nbformat.read(graded_class.root / "autograded" / "tampered_notebook" / LESSON / f"{LESSON}.ipynb", as_version=4)
     assert _cell(restored, "quiz_tests")
 
 
 @needs_corpus
 def test_kernel_crash_costs_only_the_cell_that_caused_it(graded_class):
-    assert graded_class.results["os_exit", LESSON].status.startswith("graded (cell")
-    assert _points(graded_class.rows["os_exit", LESSON]) == {**POINTS[LESSON], "device_samples_tests": 0}
+    assert graded_class.results["forged_status", LESSON].status.startswith("graded (cell")
+    assert _points(graded_class.rows["forged_status", LESSON]) == {**POINTS[LESSON], "device_samples_tests": 0}
     assert graded_class.results["full", LESSON].status == "graded"
 
 
@@ -315,6 +315,28 @@ def test_a_feedback_section_names_its_exercise_and_points_and_never_a_hidden_val
         assert line.startswith("✗ shard (2 points): A test in this cell failed") and (message in line) is shown, line
     verdicts.write_text(json.dumps({"cells": {"shard_tests": {"passed": True, "message": ""}}}))
     assert redact.verdict_line(cell).startswith("✓ shard (2 points): The tests in this cell passed.")
+
+
+@pytest.mark.parametrize("lesson", POINTS)
+def test_demonstrations_run_or_left_out_change_no_grade(graded_class, lesson):
+    """The solution graded with its demonstrations run (the class's full submission) gets what the same code gets
+    graded as grading does by default, without them (the Turkish submission): the same status, flags, points per
+    graded cell and verdicts. No explanation cell failed either way, nor in the released notebook run whole (blank).
+    (What reading the code cannot see, tests/test_demonstrations.py; a student's changed demonstrations, the corpus.)"""
+    root = graded_class.root
+    assert all(ran(root, "full", lesson).values()) and all(ran(root, "blank", lesson).values())
+    assert not any(ran(root, "turkish", lesson).values())
+
+    def grades(student):
+        return {k: v for k, v in graded_class.rows[student, lesson].items() if k not in ("student", "seconds")}
+
+    def marks(student):
+        return [line[0] for line in verdicts_shown(root, student, lesson)]
+
+    assert grades("full") == grades("turkish") and grades("full")["status"] == "graded"
+    assert marks("full") == marks("turkish") == ["✓"] * len(POINTS[lesson])
+    for student in ("full", "turkish", "blank"):
+        assert not explanation_cells_that_failed(root, student, lesson), (student, lesson)
 
 
 @pytest.mark.parametrize("lesson", POINTS)
