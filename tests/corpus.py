@@ -526,9 +526,9 @@ def verdicts_shown(root, student, lesson) -> list[str]:
 
 def _only_unchanged_demonstrations_left_out(root, ctx):
     (reads, _), edited, untagged = DEMONSTRATIONS_CHANGED
-    ran = ran(root, "changes_demonstrations")
-    assert ran[reads] and ran[edited], "a demonstration a later cell needs, or an edited one, runs"
-    assert not ran[untagged], "the instructor's source decides, not the submission's tags"
+    shown = ran(root, "changes_demonstrations")
+    assert shown[reads] and shown[edited], "a demonstration a later cell needs, or an edited one, runs"
+    assert not shown[untagged], "the instructor's source decides, not the submission's tags"
     graded = (root / "autograded" / "changes_demonstrations" / LESSON / f"{LESSON}.ipynb").read_text()
     assert "THE STUDENT RAN THIS" in graded, "a student's own cell runs, whatever its tags"
     assert not explanation_cells_that_failed(root, "changes_demonstrations", LESSON)
