@@ -52,10 +52,10 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 # nbval runs every cell of every solution but its demonstrations (graders/demonstrations.py: the cells a lesson's source
-# tags, which nothing after them reads and grading leaves out unless asked): the graded class runs them, every one of
-# every lesson twice, in the sandbox (the full and blank submissions, tests/corpus.py RUN_DEMONSTRATIONS; none may fail
-# there, test_grading.py), and they were two thirds of nbval's time (158 of 210 s, 2026-12-02). `pytest solutions/...`
-# without this file (make test-versions) runs them too.
+# tags, which nothing after them reads and grading leaves out unless asked): the graded class runs them, in the
+# sandbox, in every lesson's released notebook (its blank submissions: none may fail there, test_grading.py; the
+# website shows their outputs) and in lesson 1's solution (the corpus's demonstrations_run). Run in nbval as well,
+# they took 158 of its 210 s (2026-12-02). `pytest solutions/...` without this file (make test-versions) runs them.
 def pytest_collection_modifyitems(config, items):
     from nbval.plugin import IPyNbCell
 

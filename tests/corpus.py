@@ -59,11 +59,11 @@ def _tagged(lesson) -> tuple[str, ...]:
 # Each lesson's explanation cells that only measure or demonstrate and that nothing later depends on: the ids of the
 # cells its source tags "demonstration", which grading leaves out unless asked (graders/demonstrations.py;
 # tests/test_demonstrations.py proves that they change no grade). Submissions that are there for their score -- the
-# corpus's attacks, and the class's wrong_quiz and warnings -- leave them out, as a student may; the class's Turkish
-# submissions keep them, and grading leaves them out. The class's full and blank submissions are graded with every
-# cell of every lesson run in the sandbox (none but the exercises and checks may fail there: test_grading.py; the
-# website shows the blank one's outputs). nbval runs every other cell of every solution (tests/conftest.py): the
-# demonstrations are what takes its time, and the class runs them twice.
+# corpus's attacks, and the class's wrong_quiz and warnings -- leave them out, as a student may; the class's full
+# submissions keep them, and grading leaves them out. The class's blank submissions run every cell of every lesson
+# in the sandbox (none but the exercises and checks may fail there: test_grading.py; the website shows their
+# outputs), and lesson 1's solution is graded with them run too (the corpus's demonstrations_run). nbval runs every
+# other cell of every solution (tests/conftest.py).
 DEMONSTRATIONS = {lesson: _tagged(lesson) for lesson in course.lessons(REPO)}
 
 
@@ -172,6 +172,11 @@ for _name, _target in [("leak.txt", "{secret}"), ("gradebook.ipynb", "{root}/gra
 def _only_the_bombs_cell_was_skipped(root, ctx):
     """The fork bomb's job is stopped at its process limit (graders/limits.py): its own cell is the one skipped,
     not a later cell that happened to hang or crash for want of a thread."""
+    from graders.limits import PROCESS_LIMIT
+
+    with open(root / "grades.csv") as f:
+        (row,) = [r for r in csv.DictReader(f) if r["student"] == "fork_bomb"]
+    assert PROCESS_LIMIT in row["status"], row["status"]  # not a hang: the limit stopped it
     graded = nbformat.read(root / "autograded" / "fork_bomb" / LESSON / f"{LESSON}.ipynb", as_version=4)
     skipped = [c.metadata.get("nbgrader", {}).get("grade_id", f"cell {i}") for i, c in enumerate(graded.cells)
                if any(o.get("ename") == SKIPPED for o in c.get("outputs", []))]
@@ -487,6 +492,11 @@ get_ipython().events.register("pre_run_cell", _answer)'''
 
 # ---- The lesson's demonstrations (graders/demonstrations.py): left out only where that changes nothing.
 
+def _as_released(folder, repo, ctx):
+    """The solution as it is: grading leaves its demonstrations out, unless told to run them."""
+    _save(nbformat.read(repo / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4), folder)
+
+
 def _changes_demonstrations(folder, repo, ctx):
     """A student's answer reads what a demonstration made, another demonstration is edited, the student tags a cell
     of their own "demonstration" and strips the tag from one of the instructor's."""
@@ -522,6 +532,19 @@ def verdicts_shown(root, student, lesson) -> list[str]:
     """The feedback's line per graded cell: the judge's verdict as the student reads it."""
     page = (root / "feedback" / student / lesson / f"{lesson}.html").read_text()
     return [html.unescape(line) for line in re.findall(r"[✓✗] [^<\n]+", page)]
+
+
+def _demonstrations_change_no_grade(root, ctx):
+    """The solution graded with its demonstrations run gets the same status, flags, points per graded cell and
+    verdicts as the class's full submission, graded without them."""
+    assert all(ran(root, "demonstrations_run").values()) and not any(ran(root, "full").values())
+    with open(root / "grades.csv") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f) if r["lesson"] == LESSON}
+    grades = {student: {k: v for k, v in rows[student].items() if k not in ("student", "seconds")}
+              for student in ("demonstrations_run", "full")}
+    assert grades["demonstrations_run"] == grades["full"]
+    assert verdicts_shown(root, "demonstrations_run", LESSON) == verdicts_shown(root, "full", LESSON)
+    assert not explanation_cells_that_failed(root, "demonstrations_run", LESSON)
 
 
 def _only_unchanged_demonstrations_left_out(root, ctx):
@@ -611,6 +634,7 @@ CASES = [
     Case("formula_flags", trick(FORMULA), HONEST_WRONG, check=_records_hold_no_student_words, flagged=True),
     Case("many_cells", _many_cells, ZERO, status="not graded: the notebook has more than"),
     Case("answers_canaries", trick(CANARY_ANSWERER), HONEST_WRONG, flagged=True),
+    Case("demonstrations_run", _as_released, FULL, check=_demonstrations_change_no_grade, run_demonstrations=True),
     Case("changes_demonstrations", _changes_demonstrations, FULL, check=_only_unchanged_demonstrations_left_out),
 ]
 
@@ -658,9 +682,8 @@ def _warnings_and_a_wrong_quiz(warning_answers):
 
 
 # student -> {lesson: edit of the solution, without its DEMONSTRATIONS (None: the solution as it is), or "blank": the
-# whole released notebook}. The full and blank submissions are graded with the demonstrations run (the website shows
-# the blank ones' outputs); the Turkish ones, the same solutions, as grading does by default: without them
-# (test_grading.py compares the two).
+# whole released notebook}. The blank submissions are graded with the demonstrations run (the website shows their
+# outputs), the others as grading does by default: without them.
 CLASS = {
     "full": {lesson: None for lesson in LESSON_POINTS},
     "blank": {lesson: "blank" for lesson in LESSON_POINTS},
@@ -685,4 +708,4 @@ def write_class_submission(folder: Path, repo: Path, lesson: str, edit) -> None:
 
 
 # Who is graded with the lessons' demonstrations run (pipeline.grade's run_demonstrations).
-RUN_DEMONSTRATIONS = {"full", "blank"} | {case.name for case in CASES if case.run_demonstrations}
+RUN_DEMONSTRATIONS = {"blank"} | {case.name for case in CASES if case.run_demonstrations}
