@@ -59,20 +59,25 @@ def run(fn, *args, env: dict | None = None, timeout_s: float = 300, with_log: bo
         children.stop()
 
 
-def run_many(jobs, env: dict | None = None, timeout_s: float = 300, workers: int | None = None) -> list:
-    """Several `(fn, args, kwargs)` jobs, each in its own fresh process, `workers` at a time
-    (default: one per job, at most one per core). The first failure is raised at once."""
+def run_many(jobs, env: dict | None = None, timeout_s: float = 300, workers: int | None = None,
+             server: ForkServer | None = None) -> list:
+    """Several `(fn, args, kwargs)` jobs, each in its own fresh process (or in a child forked by `server`, side by
+    side: `ForkServer.run_apart`), `workers` at a time (default: one per job, at most one per core). The first
+    failure is raised at once, and the other jobs are stopped."""
     __tracebackhide__ = True
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     jobs = list(jobs)
     if workers is not None:
         positive_int("workers", workers)
+    if server is not None and not isinstance(server, ForkServer):
+        raise ValueError(f"server must be a ForkServer or None, got {type(server).__name__}")
     workers = workers or max(1, min(len(jobs), os.cpu_count() or 1))
     children = _Children()
     with ThreadPoolExecutor(workers) as pool:
         try:
-            futures = [pool.submit(_run, fn, args, kwargs, env, timeout_s, children) for fn, args, kwargs in jobs]
+            futures = [pool.submit(_run, fn, args, kwargs, env, timeout_s, children, server, True)
+                       for fn, args, kwargs in jobs]
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             for f in futures:
                 if f in done and f.exception() is not None:
@@ -83,12 +88,26 @@ def run_many(jobs, env: dict | None = None, timeout_s: float = 300, workers: int
 
 
 class _Children:
-    """The processes of one call; `stop` kills those running and refuses new ones."""
+    """The processes of one call, and the process groups of its jobs forked side by side by a server; `stop` kills
+    those running and refuses new ones."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._procs: set[subprocess.Popen] = set()
+        self._groups: set[int] = set()
         self._stopped = False
+
+    def adopt(self, group: int) -> None:
+        """A job's process group, forked by a server (not this process's child): killed by `stop`."""
+        with self._lock:
+            if self._stopped:
+                _kill_group_id(group)
+                raise RuntimeError("stopped before it started: another job failed or the run was interrupted")
+            self._groups.add(group)
+
+    def release(self, group: int) -> None:
+        with self._lock:
+            self._groups.discard(group)
 
     def start(self, cmd, env, stderr) -> subprocess.Popen:
         with self._lock:
@@ -106,9 +125,12 @@ class _Children:
             for proc in self._procs:
                 if proc.returncode is None:  # not yet waited for: its pid, and so its group's id, is still its own
                     _kill_group(proc)
+            for group in self._groups:  # not yet released: its leader has not reported the job's end
+                _kill_group_id(group)
 
 
-def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: ForkServer | None = None):
+def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: ForkServer | None = None,
+         apart: bool = False):
     __tracebackhide__ = True
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
@@ -120,6 +142,8 @@ def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: F
             cloudpickle.dump((fn, args, kwargs), f)
         if server is None:
             code, stderr = _start_fresh(job, result, env, timeout_s, children)
+        elif apart:
+            code, stderr = server.run_apart(job, result, env, timeout_s, children)
         else:
             code, stderr = server.run(job, result, env, timeout_s)
         if not os.path.exists(result):
@@ -158,8 +182,12 @@ def _kill_group(proc: subprocess.Popen) -> None:
     if not hasattr(os, "killpg"):  # Windows: no process groups to kill; the job alone
         proc.kill()
         return
+    _kill_group_id(proc.pid)
+
+
+def _kill_group_id(group: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(group, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):  # nobody left in it
         pass
 
@@ -173,7 +201,9 @@ class ForkServer:
     child per job, one job at a time: a job then starts in a fraction of a second, not in the seconds
     those imports take. A child's environment is the server's (this one's when the server started, with
     what the imports set) plus the job's `env`. The server starts at the first job. A timeout or an
-    interrupt kills it with its child (it runs in a session of its own); the next job starts a new one."""
+    interrupt kills it with its child (it runs in a session of its own); the next job starts a new one.
+    `run_apart` runs jobs side by side (`run_many`), each in a session of its own that its end, its timeout or
+    an interrupt kills, leaving the server and the other jobs alone."""
 
     def __init__(self, modules, env: dict | None = None):
         if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) and m for m in modules):
@@ -196,6 +226,42 @@ class ForkServer:
                 return _receive(conn, self._proc), log.read()
             except BaseException:
                 self.stop()
+                raise
+
+    def run_apart(self, job: str, result: str, env: dict, timeout_s: float, children: _Children) -> tuple[int, str]:
+        """Like `run`, alongside other jobs: the server forks a leader for the job, in a session of its own (in
+        `children`, which `stop` kills), that talks to this call on a connection of its own and forks the job's
+        child. A timeout or a failure kills that session only: the server serves on."""
+        __tracebackhide__ = True
+        from multiprocessing import reduction
+
+        ours, theirs = socket.socketpair()
+        try:
+            with self._lock:
+                try:
+                    conn = self._connection()
+                    conn.send("apart")
+                    reduction.send_handle(conn, theirs.fileno(), self._proc.pid)
+                except BaseException:
+                    self.stop()
+                    raise
+        finally:
+            theirs.close()
+        group = None
+        with Connection(ours.detach()) as own, tempfile.NamedTemporaryFile("r", suffix=".log", errors="replace") as log:
+            try:
+                group = _receive_apart(own)
+                children.adopt(group)
+                own.send((job, result, log.name, env))
+                if not own.poll(timeout_s):
+                    raise _timeout(timeout_s)
+                code = _receive_apart(own)
+                children.release(group)  # its leader killed the job's group once the job had ended
+                return code, log.read()
+            except BaseException:
+                if group is not None:
+                    children.release(group)
+                    _kill_group_id(group)
                 raise
 
     def start_in_background(self) -> None:
@@ -275,6 +341,13 @@ def _receive(conn: Connection, server: subprocess.Popen):
         raise RuntimeError(f"the fork server exited with code {server.wait()}") from None
 
 
+def _receive_apart(own: Connection):
+    try:
+        return own.recv()
+    except EOFError:  # its leader was killed (a timeout or a failure elsewhere), or the server before it forked one
+        raise RuntimeError("the job's process ended before it reported the job's end") from None
+
+
 def _child(job: str, result: str) -> None:
     __tracebackhide__ = True
     try:
@@ -298,10 +371,15 @@ def _serve(fd: int, modules: list[str]) -> None:
         return
     conn.send(None)
     while True:
+        _reap_leaders()
         try:
-            job, result, log, env = conn.recv()
+            message = conn.recv()
         except EOFError:  # the caller has gone
             return
+        if message == "apart":
+            _fork_leader(conn)
+            continue
+        job, result, log, env = message
         pid = os.fork()
         if pid == 0:
             conn.close()
@@ -310,6 +388,47 @@ def _serve(fd: int, modules: list[str]) -> None:
         if code is None:  # the caller has gone (killed, say), and the child with it
             return
         conn.send(code)
+
+
+def _fork_leader(conn: Connection) -> None:
+    """A job side by side with others (`ForkServer.run_apart`): a child of the server leads a session of its own
+    (the job, the workers it starts) and serves that one job on the connection the caller sent, then kills its
+    session (what the job left behind, and itself)."""
+    from multiprocessing import reduction
+
+    fd = reduction.recv_handle(conn)
+    if os.fork() != 0:
+        os.close(fd)
+        return
+    code = 1
+    try:
+        conn.close()
+        os.setsid()
+        own = Connection(fd)
+        own.send(os.getpid())  # the session's (and its group's) id
+        job, result, log, env = own.recv()
+        pid = os.fork()
+        if pid == 0:
+            own.close()
+            _forked_child(job, result, log, env)
+        code = _wait(pid, own)
+        if code is not None:
+            own.send(code)
+        code = 0
+    except BaseException:  # noqa: BLE001 - the caller has gone: nothing to report to
+        pass
+    finally:
+        os.killpg(0, signal.SIGKILL)
+        os._exit(code)
+
+
+def _reap_leaders() -> None:
+    """The server collects its ended leaders (between its own jobs, whose child it waits for by pid)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
 
 
 def _wait(pid: int, conn: Connection) -> int | None:

@@ -82,11 +82,13 @@ def run(fn, *args, n_devices: int | None = None, virtual: bool = False, timeout_
 
 def run_many(jobs, n_devices: int | None = None, virtual: bool = False, timeout_s: float = 300) -> list:
     """Several `(fn, args, kwargs)` jobs, each in its own fresh process on XLA devices, side by side
-    (one at a time on a TPU: a chip serves one process)."""
+    (one at a time on a TPU: a chip serves one process; on XLA:CPU each a child of the fork server)."""
     if not available():
         raise XLAUnavailable(MISSING)
+    env = _env(n_devices, virtual)
     on_tpu = hardware.tpu_present() and not virtual
-    return fresh.run_many(jobs, env=_env(n_devices, virtual), timeout_s=timeout_s, workers=1 if on_tpu else None)
+    server = CPU_SERVER if env["PJRT_DEVICE"] == "CPU" and not hardware.tpu_present() else None
+    return fresh.run_many(jobs, env=env, timeout_s=timeout_s, workers=1 if on_tpu else None, server=server)
 
 
 # ---- what the XLA processes do ----------------------------------------------------------------

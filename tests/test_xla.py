@@ -27,7 +27,22 @@ def test_each_run_on_xla_cpu_is_a_child_of_the_fork_server_with_settings_of_its_
         pytest.skip("on a TPU every run starts afresh")
     first, second = xla.run(os.getppid), xla.run(os.getppid)
     assert first == second == xla.CPU_SERVER._proc.pid
+    assert xla.run_many([(_grandparent(), (), {})] * 2) == [xla.CPU_SERVER._proc.pid] * 2  # forked by a leader it forked
     assert [xla.run(xla.device_summary, n_devices=n, virtual=True)["devices"] for n in (2, 4, 2)] == [2, 4, 2]
+
+
+def _grandparent():
+    """A job that returns its parent's parent (made here: shipped by value, as the fresh process cannot import this
+    test module)."""
+
+    def grandparent():
+        import os
+
+        import psutil
+
+        return psutil.Process(os.getppid()).ppid()
+
+    return grandparent
 
 
 @needs_xla
@@ -229,6 +244,64 @@ def test_a_timeout_stops_the_fork_server_and_the_next_job_starts_another(server)
         fresh.run(time.sleep, 60, timeout_s=2, server=server)
     assert server._proc is None
     assert fresh.run(os.getppid, server=server) != first
+
+
+def _side_by_side():
+    """A job that waits until all `n` jobs have started (each leaves a file in `folder`): they run at the same time."""
+
+    def job(folder, n, me):
+        import os
+        import time
+
+        open(os.path.join(folder, str(me)), "w").close()
+        deadline = time.monotonic() + 60
+        while len(os.listdir(folder)) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the jobs did not run side by side")
+            time.sleep(0.05)
+        return os.getpid(), os.getppid(), os.getpgid(0), os.environ.get("COURSE_TEST")
+
+    return job
+
+
+def _fails_once_there():
+    """A job that fails once the file at `path` has something in it."""
+
+    def job(path):
+        import os
+        import time
+
+        while not (os.path.exists(path) and open(path).read()):
+            time.sleep(0.05)
+        raise ValueError("the other job has started its worker")
+
+    return job
+
+
+def test_run_many_forks_its_jobs_from_the_server_side_by_side(server, tmp_path):
+    """Each job a child of a leader in a session of its own, forked by the server: all three at once."""
+    results = fresh.run_many([(_side_by_side(), (str(tmp_path), 3, i), {}) for i in range(3)], env={"COURSE_TEST": "x"},
+                             workers=3, server=server, timeout_s=120)
+    pids, leaders, groups, settings = map(list, zip(*results))
+    assert len(set(pids)) == 3 and server._proc.pid not in pids and settings == ["x"] * 3
+    assert leaders == groups and len(set(groups)) == 3 and server._proc.pid not in groups
+    assert all(_dead(leader) for leader in leaders)  # each leader ended with its job
+    assert fresh.run(os.getppid, server=server) == server._proc.pid  # the server serves on
+
+
+def test_a_failing_side_by_side_job_stops_the_others_and_leaves_the_server(server, tmp_path):
+    fresh.run(int, server=server)
+    first = server._proc.pid
+    start = time.monotonic()
+    pid_file = tmp_path / "worker.pid"
+    with pytest.raises(RuntimeError, match="ValueError"):
+        fresh.run_many([(_worker_starting_job(), (str(pid_file), 120), {}), (_fails_once_there(), (str(pid_file),), {})],
+                       server=server)
+    assert time.monotonic() - start < 60  # not the 120 s the other job would take
+    assert _dead(int((tmp_path / "worker.pid").read_text()))  # the other job's own worker too
+    with pytest.raises(TimeoutError, match="timeout_s=2"):
+        fresh.run_many([(time.sleep, (60,), {})], timeout_s=2, server=server)
+    assert server._proc.pid == first and fresh.run_many([(abs, (-2,), {})], server=server) == [2]
 
 
 def test_a_fork_server_that_cannot_import_says_so():
