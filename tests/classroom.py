@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 SANDBOXED = sandbox.available() is None
 # Above the slowest cell of lessons 2-4 with two workers sharing two cores (lesson 4's XLA cells: ~15 s alone),
 # or a correct solution would lose points to the timeout. Lesson 1's cells take a second: its hangs pay 20 s (a fork bomb
-# needs 12 to 20 s here to fill its job's process limit, each fork copying a kernel that imported torch).
+# fills its job's process limit in about 10 s here alone, each fork copying a kernel that imported torch).
 CELL_TIMEOUT = 120
 LESSON_TIMEOUTS = {LESSON: 20}
 

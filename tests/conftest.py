@@ -23,30 +23,86 @@ CLASS_TESTS = ("tests/test_grading.py", "tests/test_corpus.py", "tests/test_clus
                "tests/test_runtimes.py::test_lesson_4_part_b_runs_on_eight_xla_devices")
 
 
-# And, after those, tests that start no process on this machine's network (XLA:CPU runs): the class's worker has
-# time left once the class is graded (measured 2026-12-01: 482 s and 469 s of tests on the two workers).
-ALONGSIDE_THE_CLASS = ("tests/test_xla.py",)
+# Tests that start no process on this machine's network (XLA:CPU runs, answers judged in this process or with fresh
+# interpreters that open no port), in small scopes that either worker takes once its own is nearly done, heaviest
+# first: the two end at about the same time however this machine's speed varies (with a fixed split, 120 s apart in
+# three runs of four, 2026-12-02).
+ANYWHERE = ("tests/test_xla.py", "tests/test_answers.py::test_answer_is_judged_right")
 ON_THE_NETWORK = ("tests/test_xla.py::test_lightning_inserts_a_distributed_sampler",)  # Lightning's DDP on gloo
+HEAVIEST_FIRST = ("tests/test_xla.py", "04-accelerate-tpu", "03-amp", "02-ddp", "01-dataparallel")
+CLASS, ELSE = "the graded class", "everything else"
 
 
 def _matches(nodeid: str, tests) -> bool:
     return any(nodeid == t or nodeid.startswith(t + "::") or nodeid.startswith(t + "[") for t in tests)
 
 
+def _answer_case(nodeid: str) -> tuple[str, str] | None:
+    """A test_answers.py case's (lesson, exercise)."""
+    case = nodeid.partition("[")[2]
+    lesson = next((name for name in _exercise_checks() if case.startswith(name + "-")), None)
+    return (lesson, case[len(lesson) + 1:].split("-")[0]) if lesson else None
+
+
+def _on_the_network(lesson: str, exercise: str) -> bool:
+    """Whether an exercise's check launches ranks (DDP on gloo, Accelerate's launcher): its test_answers.py cases stay
+    in order with everything else. Read from the exercise's test cell in the solution."""
+    return any(word in _exercise_checks()[lesson].get(exercise, "launch") for word in ("launch", "spawn", "torchrun"))
+
+
+_CHECKS: dict = {}
+
+
+def _exercise_checks() -> dict:
+    """lesson -> {exercise: the source of its test cell}."""
+    if not _CHECKS:
+        import nbformat
+
+        from graders import course
+
+        for lesson in course.lessons(REPO):
+            cells = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4).cells
+            _CHECKS[lesson] = {cells[i - 1].metadata["nbgrader"]["grade_id"]: cell.source for i, cell in enumerate(cells)
+                               if i and cell.metadata.get("nbgrader", {}).get("grade")
+                               and "grade_id" in cells[i - 1].metadata.get("nbgrader", {})}
+    return _CHECKS
+
+
+def _scope(nodeid: str) -> str:
+    if _matches(nodeid, CLASS_TESTS):
+        return CLASS
+    if not _matches(nodeid, ANYWHERE) or _matches(nodeid, ON_THE_NETWORK):
+        return ELSE
+    if "test_answers" in nodeid:
+        case = _answer_case(nodeid)
+        return ELSE if case is None or _on_the_network(*case) else "anywhere: {} {}".format(*case)
+    return "anywhere: " + nodeid.split("::")[0]
+
+
 def pytest_xdist_make_scheduler(config, log):
     """`make test` runs on two pytest-xdist workers: one grades the class (tests/classroom.py: its kernels run in
-    the sandbox, in network namespaces of their own) and runs the tests that read it (then ALONGSIDE_THE_CLASS,
-    so that both workers end at about the same time); the other runs everything
+    the sandbox, in network namespaces of their own) and runs the tests that read it; the other runs everything
     else in order (a notebook's cells in one kernel, nbval), so that no two tests ever launch processes on this
-    machine's network at once (two launches could race for a port). (xdist's `--dist loadgroup` could not express
-    this with pytest 9.2 anyway: its group marks are lost with pytest's structured node ids, pytest-xdist #1386.)"""
+    machine's network at once (two launches could race for a port). Each then takes the ANYWHERE scopes left, one
+    at a time. (xdist's `--dist loadgroup` could not express this with pytest 9.2 anyway: its group marks are lost
+    with pytest's structured node ids, pytest-xdist #1386.)"""
     from xdist.scheduler import LoadScopeScheduling
+
+    def weight(scope: str) -> int:
+        return next((i for i, name in enumerate(HEAVIEST_FIRST) if name in scope), len(HEAVIEST_FIRST))
 
     class CourseScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if _matches(nodeid, CLASS_TESTS + ALONGSIDE_THE_CLASS) and not _matches(nodeid, ON_THE_NETWORK):
-                return "the graded class"
-            return "everything else"
+            return _scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.assigned_work.get(node):  # a worker's first scope: the class, or everything else
+                first = next((s for s in (CLASS, ELSE) if s in self.workqueue), None)
+            else:
+                first = min((s for s in self.workqueue if s.startswith("anywhere: ")), key=weight, default=None)
+            if first is not None:
+                self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
 
     return CourseScheduling(config, log)
 
