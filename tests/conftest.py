@@ -1,3 +1,4 @@
+import functools
 import os
 import signal
 import sys
@@ -39,35 +40,23 @@ def _matches(nodeid: str, tests) -> bool:
 
 def _answer_case(nodeid: str) -> tuple[str, str] | None:
     """A test_answers.py case's (lesson, exercise)."""
+    from graders import course
+
     case = nodeid.partition("[")[2]
-    lesson = next((name for name in _exercise_checks() if case.startswith(name + "-")), None)
+    lesson = next((name for name in course.lessons(REPO) if case.startswith(name + "-")), None)
     return (lesson, case[len(lesson) + 1:].split("-")[0]) if lesson else None
 
 
+@functools.lru_cache(maxsize=None)
 def _on_the_network(lesson: str, exercise: str) -> bool:
     """Whether an exercise's check launches ranks (DDP on gloo, Accelerate's launcher): its test_answers.py cases stay
     in order with everything else. Read from the exercise's test cell in the solution."""
-    return any(word in _exercise_checks()[lesson].get(exercise, "launch") for word in ("launch", "spawn", "torchrun"))
+    from test_answers import _test_cell
+
+    return any(word in _test_cell(lesson, exercise) for word in ("launch", "spawn", "torchrun"))
 
 
-_CHECKS: dict = {}
-
-
-def _exercise_checks() -> dict:
-    """lesson -> {exercise: the source of its test cell}."""
-    if not _CHECKS:
-        import nbformat
-
-        from graders import course
-
-        for lesson in course.lessons(REPO):
-            cells = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4).cells
-            _CHECKS[lesson] = {cells[i - 1].metadata["nbgrader"]["grade_id"]: cell.source for i, cell in enumerate(cells)
-                               if i and cell.metadata.get("nbgrader", {}).get("grade")
-                               and "grade_id" in cells[i - 1].metadata.get("nbgrader", {})}
-    return _CHECKS
-
-
+@functools.lru_cache(maxsize=None)
 def _scope(nodeid: str) -> str:
     if _matches(nodeid, CLASS_TESTS):
         return CLASS
