@@ -210,9 +210,10 @@ class ProcessLimitWatch:
             self._check()  # a cell that ended (its fork failed) with the job still at its limit
 
 
-def join(pid: int | None = None) -> None:
-    """Move this process (the kernel launcher, before it starts the jail) into the job's groups."""
-    for path in job_paths():
+def join(pid: int | None = None, paths: list[str] | None = None) -> None:
+    """Move this process (the kernel launcher, before it starts the jail; the warm kernel server's child, before it
+    forks the kernel) into the job's groups (`paths`, or this job's environment's)."""
+    for path in job_paths() if paths is None else paths:
         _write(os.path.join(path, "cgroup.procs"), str(pid or os.getpid()))
 
 

@@ -29,8 +29,7 @@ def nbgrader(root: Path, *args: str, timeout: float | None = None, env: dict | N
     """`nbgrader ARGS` for the course at `root`: a new process, or a fork of `server` (nbgrader imported once);
     `memory_bytes` caps its address space."""
     exe = Path(sys.executable).with_name("nbgrader")
-    full_env = {**os.environ, **(env or {})}
-    full_env["PATH"] = f"{exe.parent}{os.pathsep}{full_env.get('PATH', '')}"  # nbgrader runs `alembic` from PATH
+    full_env = job_environ(env)
     args = [*args, f"--JupyterApp.config_file={CONFIG}", f"--CourseDirectory.root={root}"]
     progress = full_env.get("GRADER_PROGRESS_FILE")
     if server is not None:
@@ -41,6 +40,13 @@ def nbgrader(root: Path, *args: str, timeout: float | None = None, env: dict | N
     if memory_bytes and shutil.which("prlimit"):
         cmd = ["prlimit", f"--as={memory_bytes}", "--", *cmd]
     return run_watched(cmd, root, full_env, timeout, progress, stalled_after)
+
+
+def job_environ(env: dict | None = None) -> dict[str, str]:
+    """The environment nbgrader runs in, and its kernel launcher: this process's, with `env`."""
+    full_env = {**os.environ, **(env or {})}
+    bin_folder = Path(sys.executable).parent  # nbgrader runs `alembic` from PATH
+    return {**full_env, "PATH": f"{bin_folder}{os.pathsep}{full_env.get('PATH', '')}"}
 
 
 def run_watched(cmd, cwd, env, timeout, progress: str | None = None, stalled_after: float | None = None):

@@ -1,12 +1,13 @@
 """The grading kernel's jail: ipykernel inside bubblewrap, as an unprivileged user, with limits.
 
-jupyter_client starts this script (kernelspec "course-sandbox") as the kernel, in the
-submission's autograded folder. It hands the connection file to the sandbox and replaces itself
-with:  prlimit (memory, processes, file size, CPU time) -> bwrap (an allow-list of read-only folders:
-the system's, Python's, the venv and the course's helpers; private size-capped /tmp; no network; only a
-fresh tmpfs working folder and the kernel's socket folder writable; a clean environment; a seccomp filter
-that refuses new user namespaces) -> setpriv (drop to the sandbox user, no capabilities)
--> python -m ipykernel_launcher.
+jupyter_client starts this script (kernelspec "course-sandbox") as the kernel, in the submission's autograded
+folder. It hands the connection file to the sandbox and starts prlimit (memory, processes, file size, CPU time)
+-> bwrap (an allow-list of read-only folders: the system's, Python's, the venv and the course's helpers; private
+size-capped /tmp; no network; only a fresh tmpfs working folder and the kernel's socket folder writable; a clean
+environment; a seccomp filter that refuses new user namespaces) -> setpriv (drop to the sandbox user, no
+capabilities) -> a placeholder. The kernel itself is a fork of the grading process's warm kernel server
+(graders/warm_kernel.py: torch and ipykernel imported once), which enters this jail and takes the same limits,
+user, environment and filter before it runs ipykernel. This script ends with the kernel, and the jail with it.
 
 Settings come from the environment the grading pipeline sets (GRADER_*; see graders/pipeline.py).
 
@@ -23,13 +24,10 @@ Bounds that depend on the machine:
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
-import platform
 import pwd
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -96,8 +94,16 @@ def _mount_tmpfs(folder: str, options: str) -> bool:
     return mount.returncode == 0
 
 
-def command(connection_file: str, workdir: str, seccomp_fd: int | None = None) -> list[str]:
-    """The jail's command line; `seccomp_fd` is an inherited file descriptor holding `seccomp_program()`."""
+def jail_environment(workdir: str, environ=None) -> dict[str, str]:
+    """The kernel's whole environment: ENV_KEEP's variables of `environ` (this process's), and the jail's own."""
+    environ = os.environ if environ is None else environ
+    return {**{name: environ[name] for name in ENV_KEEP if name in environ},
+            "HOME": workdir, "TMPDIR": "/tmp", "MPLCONFIGDIR": "/tmp", "PWD": workdir}
+
+
+def private_connection_file(connection_file: str) -> str:
+    """A copy of the connection file in the kernel's socket folder (the jail sees that folder only), both
+    the sandbox user's."""
     uid, gid = sandbox_ids()
     with open(connection_file) as f:
         info = json.load(f)
@@ -107,7 +113,14 @@ def command(connection_file: str, workdir: str, seccomp_fd: int | None = None) -
     private = os.path.join(ipc_dir, "connection.json")
     shutil.copy(connection_file, private)
     chown_tree(ipc_dir, uid, gid)
+    return private
 
+
+def command(workdir: str, ipc_dir: str, ready_fd: int, info_fd: int, seccomp_fd: int | None = None) -> list[str]:
+    """The jail's command line, with a placeholder inside (the sandbox user's shell: it writes a byte to `ready_fd`
+    once the jail is built, then sleeps) that graders/warm_kernel.py's kernel joins; bwrap writes the host pid of
+    the jail's first process to `info_fd`. `seccomp_fd` is an inherited file descriptor holding graders/seccomp.py's `program()`."""
+    uid, gid = sandbox_ids()
     keep_readonly = [sys.base_prefix, sys.prefix] + [p for p in os.environ.get("GRADER_READONLY", "").split(os.pathsep) if p]
     size = ["--size", os.environ.get(*TMPFS_BYTES)]
     mounts = []
@@ -136,20 +149,23 @@ def command(connection_file: str, workdir: str, seccomp_fd: int | None = None) -
         mounts += _traversable_parents(os.path.abspath(target), made) + [kind, source, target]
     mounts += _traversable_parents(os.path.abspath(workdir), made) + workdir_mount
 
-    limits = [f"{option}={os.environ.get(var, default)}" for option, (var, default) in LIMITS.items()]
-    # bwrap runs as root to see what it mounts (pyenv's Python lives under /root), creates no user
-    # namespace, and the kernel drops to the sandbox user inside: a real unprivileged uid, no capabilities.
+    limits = [f"{option}={value}" for option, value in limit_values().items()]
+    # bwrap runs as root to see what it mounts (pyenv's Python lives under /root) and creates no user namespace;
+    # the placeholder, like the kernel, is the sandbox user: a real unprivileged uid, no capabilities.
     seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
     return [
         "prlimit", *limits, "--",
         "bwrap", *mounts, *seccomp, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-        "--die-with-parent", "--new-session", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--chdir", workdir,
-        "--clearenv", *[arg for name in ENV_KEEP if name in os.environ for arg in ("--setenv", name, os.environ[name])],
-        "--setenv", "HOME", workdir, "--setenv", "TMPDIR", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp",
-        "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
-        "--bounding-set=-all", "--",
-        sys.executable, "-m", "ipykernel_launcher", "-f", private,
+        "--die-with-parent", "--new-session", "--info-fd", str(info_fd), "--chdir", workdir, "--clearenv",
+        "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+        "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--",
+        "/bin/sh", "-c", f"printf . >&{ready_fd} && exec sleep infinity",
     ]
+
+
+def limit_values() -> dict[str, str]:
+    """prlimit's option -> the value this job's environment sets (or the default)."""
+    return {option: os.environ.get(var, default) for option, (var, default) in LIMITS.items()}
 
 
 ACCELERATOR_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/accel*", "/dev/vfio/*")
@@ -196,56 +212,6 @@ def _traversable_parents(path: str, made: set[str]) -> list[str]:
     return args
 
 
-# The seccomp filter: classic BPF over struct seccomp_data, like Flatpak's. It refuses new user namespaces
-# (unshare and clone with CLONE_NEWUSER: EPERM) and clone3 (ENOSYS: its flags are in memory a filter cannot
-# read; glibc and Rust then fall back to clone), and allows everything else.
-AUDIT_ARCH = {"x86_64": 0xC000003E, "i386": 0x40000003, "aarch64": 0xC00000B7, "arm": 0x40000028}
-SYSCALL_NUMBERS = {"x86_64": (56, 272, 435), "i386": (120, 310, 435),  # clone, unshare, clone3
-                   "aarch64": (220, 97, 435), "arm": (120, 337, 435)}
-# The ABIs a process of the machine can call (a 64-bit process can also make 32-bit calls, int 0x80 on x86_64).
-# A call of any other ABI kills the process; x32 calls fail with ENOSYS, as where the kernel has no x32.
-MACHINE_ABIS = {"x86_64": ("x86_64", "i386"), "aarch64": ("aarch64", "arm")}
-CLONE_NEWUSER = 0x10000000
-X32_SYSCALL_BIT = 0x40000000
-LOAD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|BPF_W|BPF_ABS; BPF_JMP|BPF_K ...; BPF_RET|BPF_K
-NR, ARCH, ARG0_LOW = 0, 4, 16  # offsets in seccomp_data (the first argument's low half: little-endian machines)
-ALLOW, KILL = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
-
-
-def _fail_with(error: int) -> int:
-    return 0x00050000 | error  # SECCOMP_RET_ERRNO
-
-
-def _abi_rules(abi: str) -> list[tuple]:
-    """(code, k, jump if true, jump if false) rules for one ABI's calls; each path ends in a return."""
-    clone, unshare, clone3 = SYSCALL_NUMBERS[abi]
-    rules = [(LOAD, NR)]
-    if abi == "x86_64":
-        rules += [(JGE, X32_SYSCALL_BIT, 0, 1), (RET, _fail_with(errno.ENOSYS))]
-    return rules + [(JEQ, clone3, 0, 1), (RET, _fail_with(errno.ENOSYS)),
-                    (JEQ, unshare, 1, 0), (JEQ, clone, 0, 3),
-                    (LOAD, ARG0_LOW), (JSET, CLONE_NEWUSER, 0, 1), (RET, _fail_with(errno.EPERM)),
-                    (RET, ALLOW)]
-
-
-def seccomp_program(machine: str | None = None) -> bytes | None:
-    """The jail's seccomp filter as bwrap's --seccomp reads it (struct sock_filter[]); None on a machine
-    whose ABIs it does not know."""
-    abis = MACHINE_ABIS.get(machine or platform.machine())
-    if abis is None:
-        return None
-    rules = [(LOAD, ARCH)]
-    for abi in abis:
-        block = _abi_rules(abi)
-        rules += [(JEQ, AUDIT_ARCH[abi], 0, len(block))] + block
-    rules.append((RET, KILL))
-    return b"".join(_instruction(*rule) for rule in rules)
-
-
-def _instruction(code: int, k: int, jump_if_true: int = 0, jump_if_false: int = 0) -> bytes:
-    return struct.pack("=HBBI", code, jump_if_true, jump_if_false, k)  # struct sock_filter
-
-
 def _inherited_fd(data: bytes) -> int:
     """A file descriptor that reads `data` and survives the execs (prlimit, then bwrap, which reads it)."""
     read, write = os.pipe()
@@ -256,13 +222,49 @@ def _inherited_fd(data: bytes) -> int:
 
 
 def main() -> None:
+    """The kernel launcher (the "course-sandbox" kernelspec): build the jail, ask the grading process's warm kernel
+    server (GRADER_KERNEL_SERVER) for a kernel inside it, and end with the kernel, taking the jail down."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from graders import limits
+    from graders import limits, seccomp, warm_kernel
 
+    warm_kernel.die_with_parent()  # nbgrader: a killed grading run leaves no jail (bwrap dies with this process)
+    server = os.environ.get("GRADER_KERNEL_SERVER")
+    if not server:
+        raise SystemExit("the sandboxed kernel is started by the grading pipeline (GRADER_KERNEL_SERVER is not set)")
     limits.join()  # the job's cgroups (CPU share, memory with tmpfs, processes), before the jail starts
-    program = seccomp_program()
-    cmd = command(sys.argv[1], os.getcwd(), _inherited_fd(program) if program else None)
-    os.execvp(cmd[0], cmd)
+    workdir = os.getcwd()
+    private = private_connection_file(sys.argv[1])
+    program = seccomp.program()
+    ready_read, ready_write = os.pipe()
+    info_read, info_write = os.pipe()
+    inherited = [ready_write, info_write] + ([_inherited_fd(program)] if program else [])
+    jail = subprocess.Popen(command(workdir, os.path.dirname(private), ready_write, info_write,
+                                    inherited[2] if program else None),
+                            pass_fds=inherited, stdin=subprocess.DEVNULL)
+    for fd in inherited:
+        os.close(fd)
+    try:
+        with os.fdopen(info_read, "rb") as info:
+            jail_pid = json.loads(info.read() or b"{}").get("child-pid")
+        with os.fdopen(ready_read, "rb") as ready:
+            built = ready.read(1)
+        if not jail_pid or not built:
+            raise SystemExit(f"the jail did not start (bwrap exited with {jail.wait()})")
+        uid, gid = sandbox_ids()
+        request = {"jail_pid": jail_pid, "workdir": workdir, "uid": uid, "gid": gid, "argv": ["-f", private],
+                   "env": jail_environment(workdir), "limits": limit_values(), "cgroups": limits.job_paths(),
+                   "seccomp": program.hex() if program else None, "umask": _umask()}
+        status = warm_kernel.kernel_status(warm_kernel.start_kernel(server, request))
+    finally:
+        jail.kill()
+        jail.wait()
+    sys.exit(status if 0 <= status < 256 else 128 - status)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def available() -> str | None:

@@ -1,15 +1,22 @@
 """A grading process's slots: one per submission graded at the same time, each with its own sandbox uid (from a
-block no other grading run on this machine holds), its cgroups, and its servers for nbgrader and the judge.
+block no other grading run on this machine holds), its cgroups, and its servers for nbgrader and the judge; and the
+process's warm kernel server, which all its slots share.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 
-from graders import forkserver, limits, sandbox
+from graders import forkserver, limits, runs, sandbox, warm_kernel
+from graders.course import REPO
 
 SANDBOX_UID_BASE = 61000  # unprivileged uids with no account: one per parallel grading job
 
@@ -18,6 +25,16 @@ UID_BLOCK = 64  # uids of one grading run: concurrent runs (two `make grade`s) t
 
 
 UID_BLOCKS = 64
+
+# Submissions are graded side by side on one machine (JOBS, Dask workers): GNU OpenMP's idle threads, which spin
+# by default, would burn the CPU the other kernels need (10-17% of it with three lessons on two cores, measured).
+# Passive waiting changes no result; an instructor's own OMP_WAIT_POLICY wins.
+SHARED_MACHINE_OMP = "PASSIVE"
+
+
+def shared_machine_environ() -> dict[str, str]:
+    """What a grading job adds to this process's environment whatever it grades (its kernel reads it)."""
+    return {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP)}
 
 
 class Slots:
@@ -43,6 +60,9 @@ class Slots:
         self.judges = {uid: forkserver.Server("judge", os.path.join(self.scratch, f"judge-{uid}.log")) for uid in self.groups}
         self.nbgraders = {uid: forkserver.Server("nbgrader", os.path.join(self.scratch, f"nbgrader-{uid}.log"))
                           for uid in self.groups}
+        # the kernels' imports, once for all the slots (the server starts with the first kernel a slot asks for)
+        self.kernels = KernelServer(self.scratch, sandbox.jail_environment(
+            warm_kernel.NO_HOME, runs.job_environ(shared_machine_environ()))) if sandboxed else None
 
     def describe(self) -> str:
         return next(iter(self.groups.values())).describe() if self.sandboxed else "unsandboxed"
@@ -55,7 +75,7 @@ class Slots:
         self.free.put(uid)
 
     def close(self) -> None:
-        for server in [*self.judges.values(), *self.nbgraders.values()]:
+        for server in [*self.judges.values(), *self.nbgraders.values(), *filter(None, [self.kernels])]:
             server.close()
         for job in filter(None, self.groups.values()):
             job.remove()
@@ -67,6 +87,39 @@ class Slots:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class KernelServer:
+    """A grading process's warm kernel server (graders/warm_kernel.py), started on first use (and again if it died),
+    with `env` as its whole environment: the jail's (graders/sandbox.py `jail_environment`)."""
+
+    def __init__(self, folder: str, env: dict[str, str]):
+        self.path, self.env, self.proc = os.path.join(folder, "kernels.sock"), env, None
+        self.log = os.path.join(folder, "kernels.log")
+
+    def socket_path(self) -> str:
+        if self.proc is None or self.proc.poll() is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            with open(self.log, "ab") as log:
+                self.proc = subprocess.Popen([sys.executable, "-m", "graders.warm_kernel", self.path], cwd=REPO,
+                                             env=self.env, stdin=subprocess.PIPE, stdout=log, stderr=log,
+                                             start_new_session=True)
+            deadline = time.monotonic() + 30
+            while not os.path.exists(self.path) and self.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)  # it listens before it imports: milliseconds
+        return self.path
+
+    def close(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
 
 
 def uid_block():

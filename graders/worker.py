@@ -16,7 +16,7 @@ from pathlib import Path
 from graders import demonstrations, forkserver, limits, sandbox
 from graders.course import REPO, course_digest
 from graders.runs import STALLED, nbgrader
-from graders.slots import Slots
+from graders.slots import Slots, shared_machine_environ
 from graders.submission import KERNEL_DIED, KERNEL_HUNG, TIMED_OUT, Outcome, Task
 
 MAX_CRASHES = 5
@@ -72,12 +72,6 @@ def execute(task: Task, template: bytes, slots: Slots) -> Outcome:
     return outcome
 
 
-# Submissions are graded side by side on one machine (JOBS, Dask workers): GNU OpenMP's idle threads, which spin
-# by default, would burn the CPU the other kernels need (10-17% of it with three lessons on two cores, measured).
-# Passive waiting changes no result; an instructor's own OMP_WAIT_POLICY wins.
-SHARED_MACHINE_OMP = "PASSIVE"
-
-
 def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) -> Outcome:
     student, lesson = task.student, task.lesson
     skipped: dict[int, str] = {}  # cell index -> what it did to the kernel
@@ -88,13 +82,14 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
         canaries, verdicts = os.path.join(private, "canaries.json"), os.path.join(private, "verdicts.json")
         failure = os.path.join(private, "failure.txt")  # what stopped nbgrader, in graders/execute.py's words
         env = {"GRADER_CELL_TIMEOUT": str(task.cell_timeout), "GRADER_PROGRESS_FILE": progress.name,
-               "GRADER_CANARY_FILE": canaries, "GRADER_OUTCOME_FILE": failure, "GRADER_PIPELINE": "1", "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP),
-               **job_env}
+               "GRADER_CANARY_FILE": canaries, "GRADER_OUTCOME_FILE": failure, "GRADER_PIPELINE": "1",
+               **shared_machine_environ(), **job_env}
         if not task.run_demonstrations:  # those the submission kept unchanged are left out
             env[demonstrations.SOURCE] = str(course / "solutions" / lesson / f"{lesson}.ipynb")
         if slots.spec_dir:
             env.update(GRADER_SANDBOX="1", GRADER_IPC_PREFIX=os.path.join(ipc, "k"), JUPYTER_PATH=slots.spec_dir,
-                       GRADER_SANDBOX_UID=str(uid), GRADER_READONLY=str(REPO / "helpers"))
+                       GRADER_SANDBOX_UID=str(uid), GRADER_READONLY=str(REPO / "helpers"),
+                       GRADER_KERNEL_SERVER=slots.kernels.socket_path())
         deadline = start + task.submission_timeout  # one cap for all the retries together
         while True:
             env["GRADER_SKIP_CELLS"] = ",".join(map(str, skipped))

@@ -105,9 +105,9 @@ def kill_a_busy_worker(client, killed: dict, stop: threading.Event) -> None:
             if not keys or address not in pids:
                 continue
             worker = psutil.Process(pids[address])
-            # mid-submission: a kernel runs the submission's cells (nbgrader itself runs as a fork of the worker's
-            # nbgrader server, which stays up between submissions)
-            if any("ipykernel_launcher" in _cmdline(c) for c in worker.children(recursive=True)):
+            # mid-submission: a kernel runs the submission's cells, in the jail of its launcher (nbgrader itself runs as
+            # a fork of the worker's nbgrader server, the kernel as a fork of its warm kernel server: both stay up)
+            if any("graders/sandbox.py" in _cmdline(c) for c in worker.children(recursive=True)):
                 time.sleep(2)
                 killed.update(pid=worker.pid, key=client.processing().get(address, keys)[0],
                               children=worker.children(recursive=True))

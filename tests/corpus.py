@@ -244,7 +244,7 @@ def _environment_stays_outside(root, ctx, student="escapes"):
     graded = (root / "autograded" / student / LESSON / f"{LESSON}.ipynb").read_text()
     assert "PATH" in graded and ctx["env_secret"] not in graded, "the grader's environment reached the student's code"
     # what the grader does set: idle OpenMP threads sleep, on a machine shared with other submissions
-    assert "'OMP_WAIT_POLICY': 'PASSIVE'" in graded, "graded kernels should wait passively (worker.SHARED_MACHINE_OMP)"
+    assert "'OMP_WAIT_POLICY': 'PASSIVE'" in graded, "graded kernels should wait passively (slots.SHARED_MACHINE_OMP)"
 
 
 STEAL = '''import glob, sqlite3

@@ -1,19 +1,24 @@
 """The grading jail (graders/sandbox.py) seen from inside a real sandboxed kernel, started the way nbgrader starts
-it (jupyter_client, the ipc transport, the "course-sandbox" kernelspec, the pipeline's GRADER_* settings): no
-user namespaces, a connection folder that cannot fill the disk, an account the kernel can look up, and threads
-and processes that still start."""
+it (jupyter_client, the ipc transport, the "course-sandbox" kernelspec, the pipeline's GRADER_* settings, a fork of
+the grading process's warm kernel server, graders/warm_kernel.py): no user namespaces, no privileges, nothing of the
+server's but its imports, a connection folder that cannot fill the disk, an account the kernel can look up, threads
+and processes that still start, and a kernel that ends with its launcher."""
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
-from graders import sandbox
+from graders import sandbox, seccomp, slots, warm_kernel
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
 
@@ -24,8 +29,8 @@ UID = 61990  # a sandbox uid of a block (15) that only the 16th concurrent gradi
 class Jail:
     """A sandboxed kernel and its connection folder."""
 
-    def __init__(self, client, ipc: str):
-        self.client, self.ipc = client, ipc
+    def __init__(self, client, ipc: str, manager):
+        self.client, self.ipc, self.manager = client, ipc, manager
 
     def run(self, code: str):
         """Run `code` in the kernel and return the JSON it printed."""
@@ -42,9 +47,26 @@ class Jail:
         return json.loads("".join(printed))
 
 
+SECRET = "instructor-secret-4242"  # in the grader's environment: it must reach neither the server nor the kernel
+
+
 @pytest.fixture(scope="module")
-def jail(tmp_path_factory):
-    scratch = tmp_path_factory.mktemp("jail")
+def server(tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("kernels")
+    env = {**os.environ, "GRADER_TOKEN": SECRET}
+    kernels = slots.KernelServer(str(scratch), sandbox.jail_environment(warm_kernel.NO_HOME, env))
+    yield kernels, env
+    kernels.close()
+
+
+@pytest.fixture(scope="module")
+def jail(tmp_path_factory, server):
+    with _kernel(tmp_path_factory.mktemp("jail"), *server) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def _kernel(scratch, kernels, grader_env, uid=UID):
     specs = KernelSpecManager(kernel_dirs=[os.path.join(sandbox.kernelspec(str(scratch)), "kernels")])
     workdir = scratch / "autograded"  # the notebook's folder, where nbgrader starts the kernel
     workdir.mkdir()
@@ -52,14 +74,15 @@ def jail(tmp_path_factory):
         os.chmod(ipc, 0o700)
         manager = KernelManager(kernel_name="course-sandbox", kernel_spec_manager=specs, transport="ipc",
                                 ip=os.path.join(ipc, "k"), connection_file=str(scratch / "kernel.json"))
-        env = {**os.environ, "GRADER_SANDBOX": "1", "GRADER_IPC_PREFIX": os.path.join(ipc, "k"),
-               "GRADER_SANDBOX_UID": str(UID), "GRADER_READONLY": str(REPO / "helpers")}
+        env = {**grader_env, "GRADER_SANDBOX": "1", "GRADER_IPC_PREFIX": os.path.join(ipc, "k"),
+               "GRADER_SANDBOX_UID": str(uid), "GRADER_READONLY": str(REPO / "helpers"),
+               "GRADER_KERNEL_SERVER": kernels.socket_path()}
         manager.start_kernel(env=env, cwd=str(workdir))
         client = manager.blocking_client()
         client.start_channels()
         try:
-            client.wait_for_ready(timeout=60)
-            yield Jail(client, ipc)
+            client.wait_for_ready(timeout=120)
+            yield Jail(client, ipc, manager)
         finally:
             client.stop_channels()
             manager.shutdown_kernel(now=True)
@@ -106,7 +129,7 @@ print(json.dumps(found))
 '''
 
 
-@pytest.mark.skipif(sandbox.seccomp_program() is None, reason="no seccomp filter for this machine's architecture")
+@pytest.mark.skipif(seccomp.program() is None, reason="no seccomp filter for this machine's architecture")
 def test_the_jail_cannot_make_user_namespaces(jail):
     """In a user namespace of its own a student is root: mounts a tmpfs beyond every cap, and more."""
     found = jail.run(USER_NAMESPACES)
@@ -227,3 +250,124 @@ def test_account_files_are_replaced_never_rewritten_in_place():
         assert os.fstat(bound.fileno()).st_ino != os.stat(path).st_ino, "the bound file was rewritten in place"
     assert not misses, f"{len(misses)} of 2000 reads found no entry"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+
+
+WHO_AND_WHAT = r"""
+import json, os, sys
+def link(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # listdir's own
+        return None
+status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
+print(json.dumps({"ids": [os.getresuid(), os.getresgid(), os.getgroups()],
+                  "capabilities": {k: status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")},
+                  "no_new_privs": status["NoNewPrivs"].strip(), "seccomp": status["Seccomp"].strip(),
+                  "fds": sorted(filter(None, map(link, os.listdir("/proc/self/fd")))),
+                  "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+                  "environ": open("/proc/self/environ", "rb").read().decode(errors="replace"),
+                  "env": dict(os.environ), "cwd": os.getcwd(), "root": sorted(os.listdir("/")),
+                  "graders": sorted(n for n in sys.modules if n.startswith("graders"))}))
+"""
+
+
+def test_the_warm_kernel_keeps_nothing_of_the_server_but_its_imports(jail, server):
+    """The kernel is a fork of a root process (graders/warm_kernel.py): it must be the sandbox user with no groups
+    and no capabilities, no_new_privs and the seccomp filter set, with no file of the server's (its socket, its
+    pipe) open and no variable of the grader's environment, inside the jail's namespaces."""
+    found = jail.run(WHO_AND_WHAT)
+    assert found["ids"] == [[UID] * 3, [UID] * 3, []], found["ids"]
+    assert set(found["capabilities"].values()) == {"0000000000000000"}, found["capabilities"]
+    assert found["no_new_privs"] == "1" and found["seccomp"] == ("2" if seccomp.program() else "0"), found
+    servers = {os.readlink(f"/proc/{server[0].proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{server[0].proc.pid}/fd")}
+    assert not servers & set(found["fds"]), servers & set(found["fds"])  # its socket, its control pipe, its log
+    assert not [fd for fd in found["fds"] if fd.startswith("/") and not fd.startswith((jail.ipc, found["cwd"], "/dev/", "/proc/"))
+                and "(deleted)" not in fd], found["fds"]
+    assert SECRET not in json.dumps(found), "the grader's environment reached the kernel"
+    assert found["env"]["HOME"] == found["cwd"] == found["env"]["PWD"] and found["env"]["TMPDIR"] == "/tmp"
+    assert "GRADER_KERNEL_SERVER" not in found["env"] and not found["graders"], found["graders"]
+    assert found["processes"][:3] == [1, 2, 3] and len(found["processes"]) < 20, found["processes"]  # the jail's pid namespace
+    assert "home" not in found["root"] and "run" not in found["root"], found["root"]
+
+
+def test_only_root_is_served(server):
+    """The server's socket is root's alone; a process of any other uid that reaches it anyway is refused."""
+    kernels, _ = server
+    path = kernels.socket_path()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and os.stat(path).st_uid == 0
+    assert _connect_as(UID, path) == "PermissionError"
+    folders = [os.path.dirname(path)] + [str(p) for p in Path(path).parents[1:] if (os.stat(p).st_mode & 0o001) == 0]
+    modes = {folder: os.stat(folder).st_mode for folder in folders}
+    try:  # past the folders' and the file's modes: the server checks the peer's credentials
+        for folder in folders:
+            os.chmod(folder, 0o711)
+        os.chmod(path, 0o666)
+        answer = _connect_as(UID, path)
+        assert answer.startswith("error") and "only root's are served" in answer, answer
+    finally:
+        os.chmod(path, 0o600)
+        for folder, mode in modes.items():
+            os.chmod(folder, mode)
+
+
+def _connect_as(uid: int, path: str) -> str:
+    """What a process of `uid` gets from the socket at `path`: the server's first line, or the error's name."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(read)
+            os.setgid(uid)
+            os.setuid(uid)
+            try:
+                connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                connection.connect(path)
+                connection.settimeout(30)
+                answer = connection.recv(4096).decode(errors="replace") or "closed"
+            except OSError as error:
+                answer = type(error).__name__
+            os.write(write, answer.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    with os.fdopen(read, "rb") as answer:
+        return answer.read().decode()
+
+
+def test_a_request_in_another_environment_is_refused(server, tmp_path):
+    """The server's imports read their environment once (OpenMP's wait policy, the time zone): a kernel asked for
+    in another one is refused, not started with settings it did not ask for."""
+    kernels, env = server
+    request = {"env": sandbox.jail_environment(str(tmp_path), {**env, "OMP_WAIT_POLICY": "ACTIVE-NOT-PASSIVE"}),
+               "jail_pid": os.getpid(), "workdir": str(tmp_path), "uid": UID, "gid": UID, "argv": [], "limits": {},
+               "cgroups": [], "seccomp": None, "umask": 0o22}
+    with pytest.raises(RuntimeError, match="differs from the warm server's in \\['OMP_WAIT_POLICY'\\]"):
+        warm_kernel.start_kernel(kernels.socket_path(), request)
+
+
+def test_the_kernel_ends_with_its_launcher(tmp_path, server):
+    """jupyter_client kills the launcher (graders/sandbox.py) of a kernel that does not shut down: the jail dies
+    with it, and the kernel (a process of the jail's pid namespace) and everything it started with the jail."""
+    uid = UID + 1  # not the module's other kernel's
+    with _kernel(tmp_path, *server, uid=uid) as started:
+        found = started.run("import json, os, subprocess\n"
+                            "child = subprocess.Popen(['sleep', '300'])\n"
+                            "print(json.dumps({'kernel': os.getpid(), 'child': child.pid}))")
+        launcher = started.manager.provisioner.process.pid
+        in_jail = _host_pids_of_uid(uid)
+        assert len(in_jail) >= 3 and found["kernel"] != found["child"], in_jail  # the placeholder, the kernel, its sleep
+        os.kill(launcher, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while _host_pids_of_uid(uid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _host_pids_of_uid(uid), "a process of the jail outlived its launcher"
+
+
+def _host_pids_of_uid(uid: int) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                found.append(int(pid))
+    return found
