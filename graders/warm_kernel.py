@@ -1,8 +1,9 @@
-"""Grading kernels forked from a warm copy: Python, torch and ipykernel imported once per grading process.
+"""Grading kernels forked from a warm copy: torch, matplotlib and ipykernel imported once per grading process.
 
 Most of a grading kernel's start is imports: torch (2.5 CPU-seconds on this project's machine), torch._dynamo (1.4:
-torch.optim imports it with a student's first optimizer) and ipykernel (0.3), 4 of a lesson 1 kernel's 5. This
-server imports them once, as root, in the jail's environment, and never runs student code. For each kernel,
+torch.optim imports it with a student's first optimizer), matplotlib (1.2 with its font cache, made anew in each
+jail's empty /tmp) and ipykernel (0.3). This server imports them once, as root, in the jail's environment and a /tmp
+of its own, and never runs student code. For each kernel,
 graders/sandbox.py builds the jail with bubblewrap as before, a placeholder process inside it, and asks the server
 for a kernel on a unix socket only root can reach. The server forks a child that
 
@@ -45,7 +46,10 @@ from dataclasses import dataclass
 from graders import limits, seccomp
 
 PRELOAD = ("torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell",
-           "IPython.core.interactiveshell", "IPython.core.completer", "jupyter_client.session")
+           "IPython.core.interactiveshell", "IPython.core.completer", "jupyter_client.session", "matplotlib.pyplot")
+# What ipykernel puts in every kernel's environment before a cell runs (unless set; the jail's never is), for the
+# imports that read it: matplotlib takes its backend from it when imported.
+IPYKERNEL_ENV = {"MPLBACKEND": "module://matplotlib_inline.backend_inline"}
 NAMESPACES = (("ipc", 0x08000000), ("uts", 0x04000000), ("net", 0x40000000), ("cgroup", 0x02000000),
               ("pid", 0x20000000), ("mnt", 0x00020000))  # setns order: the mount namespace last
 RLIMITS = {"--as": resource.RLIMIT_AS, "--nproc": resource.RLIMIT_NPROC, "--fsize": resource.RLIMIT_FSIZE,
@@ -55,6 +59,7 @@ NO_HOME = "/nonexistent"  # the server's HOME and PWD: no import may depend on a
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
+CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x00020000, 2, 4, 16384, 1 << 18
 REQUEST_BYTES = 1 << 20
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -75,16 +80,27 @@ def serve(path: str, control=sys.stdin) -> None:
     listener.bind(path)
     os.chmod(path, 0o600)
     listener.listen(64)
+    _private_tmp()
     environ, path_before = dict(os.environ), list(sys.path)
+    os.environ.update(IPYKERNEL_ENV)
     for name in PRELOAD:
         importlib.import_module(name)
-    made = Made({k: v for k, v in os.environ.items() if environ.get(k) != v}, environ,
+    made = Made({k: v for k, v in os.environ.items() if environ.get(k) != v and k not in IPYKERNEL_ENV}, environ,
                 [p for p in sys.path if p not in path_before and p.startswith(tempfile.gettempdir() + os.sep)])
     try:
         _accept(listener, control, made)
     finally:
         for folder in made.folders:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _private_tmp() -> None:
+    """A /tmp of the server's own, as the jail's is the kernel's: what the imports read there (matplotlib's
+    matplotlibrc: TMPDIR and MPLCONFIGDIR are the jail's /tmp) or make there (matplotlib's font cache,
+    torch.distributed's template folder) is theirs alone, not the machine's /tmp that any user can write to."""
+    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount(MS_PRIVATE)")
+    _check(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777"), "mount(/tmp)")
 
 
 @dataclass

@@ -32,6 +32,14 @@ class Jail:
     def __init__(self, client, ipc: str, manager):
         self.client, self.ipc, self.manager = client, ipc, manager
 
+    def outputs(self, code: str) -> list[tuple[str, list[str]]]:
+        """Run `code` in the kernel: its outputs' message types and data formats."""
+        found = []
+        reply = self.client.execute_interactive(code, timeout=60, output_hook=lambda message: found.append(
+            (message["msg_type"], sorted(message["content"].get("data", {})))))
+        assert reply["content"]["status"] == "ok", found
+        return [output for output in found if output[0] not in ("status", "execute_input")]
+
     def run(self, code: str):
         """Run `code` in the kernel and return the JSON it printed."""
         printed, errors = [], []
@@ -371,3 +379,28 @@ def _host_pids_of_uid(uid: int) -> list[int]:
             if os.stat(f"/proc/{pid}").st_uid == uid:
                 found.append(int(pid))
     return found
+
+
+def test_a_plot_shows_in_the_notebook(jail):
+    """The server imported matplotlib before any kernel started: a kernel's plot still goes to the notebook (the
+    backend ipykernel sets), and matplotlib keeps its files in the jail's /tmp."""
+    outputs = jail.outputs("import matplotlib, matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"
+                           "print(matplotlib.get_backend(), matplotlib.get_configdir())")
+    assert ("display_data", ["image/png", "text/plain"]) in outputs, outputs
+    assert ("stream", []) in outputs
+    found = jail.run("import json, matplotlib\nprint(json.dumps([matplotlib.get_backend(), matplotlib.get_configdir()]))")
+    assert found == ["module://matplotlib_inline.backend_inline", "/tmp"]
+
+
+def test_the_server_has_a_tmp_of_its_own(server):
+    """What the server's imports read from or write to /tmp (a matplotlibrc, the font cache) is not the machine's
+    /tmp, where any user could have put a file for a root process to read."""
+    kernels, _ = server
+    kernels.socket_path()
+    pid = kernels.proc.pid
+    deadline = time.monotonic() + 120
+    while os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+    mounts = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    assert any(line.split()[4] == "/tmp" and " - tmpfs " in line for line in mounts), "no tmpfs on the server's /tmp"
