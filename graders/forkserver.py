@@ -239,14 +239,20 @@ class Server:
         """Stop the server; a job it runs is killed with it (the server kills it when its requests end, and the
         job dies with the server in any case)."""
         if self.proc is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=2)
-            with contextlib.suppress(OSError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            stop(self.proc, grace_s=2)
             self.proc = None
+
+
+def stop(proc: subprocess.Popen, grace_s: float) -> None:
+    """End a server started in a session of its own that reads requests on stdin: close its stdin, give it
+    `grace_s` to leave, then kill its session's process group (what it forked with it)."""
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 if __name__ == "__main__":

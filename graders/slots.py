@@ -9,10 +9,10 @@ import contextlib
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from graders import forkserver, limits, runs, sandbox, warm_kernel
@@ -95,30 +95,28 @@ class KernelServer:
 
     def __init__(self, folder: str, env: dict[str, str]):
         self.path, self.env, self.proc = os.path.join(folder, "kernels.sock"), env, None
-        self.log = os.path.join(folder, "kernels.log")
+        self.log, self._lock = os.path.join(folder, "kernels.log"), threading.Lock()
 
     def socket_path(self) -> str:
-        if self.proc is None or self.proc.poll() is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
-            with open(self.log, "ab") as log:
-                self.proc = subprocess.Popen([sys.executable, "-m", "graders.warm_kernel", self.path], cwd=REPO,
-                                             env=self.env, stdin=subprocess.PIPE, stdout=log, stderr=log,
-                                             start_new_session=True)
-            deadline = time.monotonic() + 30
-            while not os.path.exists(self.path) and self.proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.01)  # it listens before it imports: milliseconds
+        with self._lock:  # the slots' threads ask at once
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
         return self.path
 
+    def _start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "graders.warm_kernel", self.path], cwd=REPO,
+                                         env=self.env, stdin=subprocess.PIPE, stdout=log, stderr=log,
+                                         start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.path) and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # it listens before it imports: milliseconds
+
     def close(self) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=5)
-            with contextlib.suppress(OSError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:  # it ends when its stdin does; its forks for running kernels with it
+            forkserver.stop(self.proc, grace_s=5)
             self.proc = None
 
 
