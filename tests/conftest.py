@@ -28,12 +28,15 @@ CLASS_TESTS = ("tests/test_grading.py", "tests/test_corpus.py", "tests/test_clus
 # interpreters that open no port), in small scopes that either worker takes once its own is nearly done, heaviest
 # first: the two end at about the same time however this machine's speed varies (with a fixed split, 120 s apart in
 # three runs of four, 2026-12-02; once the class's kernels were forked warm, everything else ended 83 s after the class
-# and its share of these: so the setup-cell and release tests, which open no port either, joined them).
+# and its share of these: so the setup-cell, release and jail tests and lesson 4's part B on one device, which open no
+# port either, joined them).
 ANYWHERE = ("tests/test_xla.py", "tests/test_answers.py::test_answer_is_judged_right",
-            "tests/test_setup_cell.py", "tests/test_notebooks.py")  # setup cells in fresh interpreters; release checks
+            "tests/test_setup_cell.py", "tests/test_notebooks.py",  # setup cells in fresh interpreters; release checks
+            "tests/test_runtimes.py::test_lesson_4_part_b_runs_on_one_xla_device",  # its kernel on unix sockets
+            "tests/test_jail.py")  # kernels in jails, each with a network of its own
 ON_THE_NETWORK = ("tests/test_xla.py::test_lightning_inserts_a_distributed_sampler",)  # Lightning's DDP on gloo
-HEAVIEST_FIRST = ("tests/test_xla.py", "tests/test_setup_cell.py", "04-accelerate-tpu", "03-amp", "02-ddp",
-                  "01-dataparallel")
+HEAVIEST_FIRST = ("tests/test_runtimes.py", "tests/test_xla.py", "tests/test_setup_cell.py",
+                  "04-accelerate-tpu", "03-amp", "02-ddp", "01-dataparallel")
 CLASS, ELSE = "the graded class", "everything else"
 
 
