@@ -188,8 +188,9 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
 # The port free_port() found can be taken by another program before rank 0 listens on it (a busy machine, tests
 # in parallel), and on a loaded machine rank 0's store has been seen to reset a peer's connection while the
 # group formed (gloo's connectFullMesh, TCPStore::get): the process group then cannot form. Before any worker
-# code ran, that is worth one more try.
-RENDEZVOUS_ATTEMPTS = 2
+# code ran, that is worth another try; two more, as both have happened in one launch (a taken port, then a reset
+# while another test's XLA devices kept the machine busy, make test 2026-12-02).
+RENDEZVOUS_ATTEMPTS = 3
 RENDEZVOUS_ERRORS = ("address already in use", "connectfullmesh failed", "connection reset by peer")
 
 
