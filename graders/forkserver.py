@@ -26,6 +26,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from graders import warm_kernel
+
 REPO = Path(__file__).resolve().parent.parent
 
 # What each kind of job imports before it forks. (graders.* are not preloaded: the nbgrader config imports
@@ -101,7 +103,7 @@ def serve(kind: str, requests=sys.stdin, replies=sys.stdout) -> None:
         importlib.import_module(name)
     if kind == "nbgrader":
         _warm_up_the_exporter()
-    job = JOBS[kind]
+    job, server = JOBS[kind], os.getpid()
     while True:
         line = requests.readline()
         if not line:
@@ -112,7 +114,8 @@ def serve(kind: str, requests=sys.stdin, replies=sys.stdout) -> None:
             status = 1
             try:
                 os.setsid()
-                _die_with_the_server()
+                with contextlib.suppress(OSError, AttributeError):  # (no prctl: not Linux)
+                    warm_kernel.die_with_parent(server)
                 devnull = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(devnull, 0)  # stdin carries the server's requests
                 _limit_memory(request.get("memory_bytes"))
@@ -137,15 +140,6 @@ def _limit_memory(memory_bytes) -> None:
 
     if memory_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (int(memory_bytes), int(memory_bytes)))
-
-
-def _die_with_the_server() -> None:
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the server died before that took effect
-        os._exit(1)
 
 
 def _wait(pid: int, requests) -> int:

@@ -218,12 +218,15 @@ def _wait(pid: int, connection: socket.socket) -> int:
 
 # ---- the kernel (root until _drop_privileges; then the student's) ----------------------------------------------
 
-def die_with_parent() -> None:
-    """SIGKILL this process when its parent dies (at once if it already has)."""
-    parent = os.getppid()
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
-    if os.getppid() != parent:
-        os._exit(1)
+def die_with_parent(parent: int | None = None) -> None:
+    """SIGKILL this process when its parent dies; leave at once if its parent is no longer `parent` (a fork's
+    server, which may have died before this took effect; default: the parent it has now)."""
+    parent = os.getppid() if parent is None else parent
+    try:
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    finally:
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 def _become_kernel(request: dict, fds: list[int], made: Made) -> None:
