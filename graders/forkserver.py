@@ -12,6 +12,7 @@ away (its end of the pipe closes: it exited, or it was killed), the server kills
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -99,10 +100,13 @@ def _warm_up_the_exporter() -> None:
 
 
 def serve(kind: str, requests=sys.stdin, replies=sys.stdout) -> None:
+    gc.disable()  # imports for forks, as helpers.fresh.import_for_forks says
     for name in PRELOAD[kind]:
         importlib.import_module(name)
     if kind == "nbgrader":
         _warm_up_the_exporter()
+    gc.enable()
+    gc.freeze()
     job, server = JOBS[kind], os.getpid()
     while True:
         line = requests.readline()

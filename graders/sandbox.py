@@ -68,13 +68,18 @@ def chown_tree(path: str, uid: int, gid: int) -> None:
 IPC_TMPFS = "size=1m,nr_inodes=64,mode=0700,nosuid,nodev,noexec"
 
 
+def ipc_prefix(block: int) -> str:
+    """The socket folders' name prefix for a grading process holding this uid block (graders/slots.py sweeps it)."""
+    return f"course-ipc-{block}-"
+
+
 @contextlib.contextmanager
-def ipc_folder():
+def ipc_folder(prefix: str = "g-"):
     """A fresh folder under /tmp for the kernel's unix sockets (GRADER_IPC_PREFIX), on a small tmpfs mounted on
     it in this (the host's) mount namespace, so that nbgrader outside the jail and the kernel inside (bwrap binds
     it writable) reach the same sockets, and what a student writes there is capped and never reaches the disk.
     Unmounted and removed at the end. Where this process may not mount, a plain folder (see the module's doc)."""
-    with tempfile.TemporaryDirectory(prefix="g-", dir="/tmp") as folder:
+    with tempfile.TemporaryDirectory(prefix=prefix, dir="/tmp") as folder:
         mounted = _mount_tmpfs(folder, IPC_TMPFS)
         try:
             yield folder

@@ -46,7 +46,9 @@ class Slots:
             raise ValueError(f"jobs must be between 1 and {UID_BLOCK}, got {jobs}")
         self.sandboxed = sandboxed
         self.block, self._lock = uid_block()
-        self.scratch = tempfile.mkdtemp(prefix="grader-")
+        sweep(self.block)
+        self.scratch = tempfile.mkdtemp(prefix=scratch_prefix(self.block))
+        self.ipc_prefix = sandbox.ipc_prefix(self.block)
         self.spec_dir = sandbox.kernelspec(self.scratch) if sandboxed else None
         self.memo = os.path.join(self.scratch, "judge-memo")  # the judge's references, shared by the submissions
         os.makedirs(self.memo, mode=0o700)
@@ -118,6 +120,23 @@ class KernelServer:
         if self.proc is not None:  # it ends when its stdin does; its forks for running kernels with it
             forkserver.stop(self.proc, grace_s=5)
             self.proc = None
+
+
+def scratch_prefix(block: int) -> str:
+    return f"course-grader-{block}-"
+
+
+def sweep(block: int) -> None:
+    """Remove what a killed grading process of this uid block left (SIGKILL skips close() and the jobs' own
+    clean-up): its scratch folder and its kernels' socket folders, tmpfs unmounted. Only a holder of the block's
+    lock calls this, so no live process owns them."""
+    leftovers = [os.path.join(tempfile.gettempdir(), name) for name in os.listdir(tempfile.gettempdir())
+                 if name.startswith(scratch_prefix(block))]
+    leftovers += [os.path.join("/tmp", name) for name in os.listdir("/tmp") if name.startswith(sandbox.ipc_prefix(block))]
+    for folder in leftovers:
+        if os.path.ismount(folder):
+            subprocess.run(["umount", "--lazy", folder], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def uid_block():

@@ -3,9 +3,9 @@
 Most of a grading kernel's start is imports: torch (2.5 CPU-seconds on this project's machine), torch._dynamo (1.4:
 torch.optim imports it with a student's first optimizer), matplotlib (1.2 with its font cache, made anew in each
 jail's empty /tmp) and ipykernel (0.3). This server imports them once, as root, in the jail's environment and a /tmp
-of its own, and never runs student code. For each kernel,
-graders/sandbox.py builds the jail with bubblewrap as before, a placeholder process inside it, and asks the server
-for a kernel on a unix socket only root can reach. The server forks a child that
+of its own (with the garbage collector off, then frozen: its forks never walk those objects), and never runs student
+code. For each kernel, graders/sandbox.py builds the jail with bubblewrap, a placeholder process inside it, and asks
+the server for a kernel on a unix socket only root can reach. The server forks a child that
 
 1. joins the job's cgroups, then enters the jail: its mount, pid, network, ipc, uts and cgroup namespaces and its
    root folder, and its working folder;
@@ -14,9 +14,7 @@ for a kernel on a unix socket only root can reach. The server forks a child that
    other is closed), drops to the sandbox user with no groups and no capabilities, sets no_new_privs and the jail's
    seccomp filter, and only then runs ipykernel;
 3. reports the kernel's pid, then its exit status, to the launcher, and kills the kernel if the launcher goes away.
-
-The kernel imports nothing before it is the sandbox user (all it needs was imported by the server), and enters a
-jail no student code has run in: each kernel gets a fresh one.
+The kernel imports nothing before it is the sandbox user (the server imported all it needs), in a fresh jail.
 
     python -m graders.warm_kernel SOCKET      (the server; graders/slots.py starts one per grading process)
 """
@@ -27,6 +25,7 @@ import array
 import atexit
 import contextlib
 import ctypes
+import gc
 import importlib
 import importlib.util
 import json
@@ -57,8 +56,7 @@ RLIMITS = {"--as": resource.RLIMIT_AS, "--nproc": resource.RLIMIT_NPROC, "--fsiz
 UNCOMPARED = ("HOME", "PWD")  # the jail's variables that differ per kernel (its working folder)
 NO_HOME = "/nonexistent"  # the server's HOME and PWD: no import may depend on a kernel's
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
-PR_CAP_AMBIENT_CLEAR_ALL = 4
-LINUX_CAPABILITY_VERSION_3 = 0x20080522
+PR_CAP_AMBIENT_CLEAR_ALL, LINUX_CAPABILITY_VERSION_3 = 4, 0x20080522
 CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x00020000, 2, 4, 16384, 1 << 18
 REQUEST_BYTES = 1 << 20
 
@@ -83,8 +81,11 @@ def serve(path: str, control=sys.stdin) -> None:
     _private_tmp()
     environ, path_before = dict(os.environ), list(sys.path)
     os.environ.update(IPYKERNEL_ENV)
+    gc.disable()  # imports for forks, as helpers.fresh.import_for_forks says
     for name in PRELOAD:
         importlib.import_module(name)
+    gc.enable()
+    gc.freeze()
     made = Made({k: v for k, v in os.environ.items() if environ.get(k) != v and k not in IPYKERNEL_ENV}, environ,
                 [p for p in sys.path if p not in path_before and p.startswith(tempfile.gettempdir() + os.sep)])
     try:
@@ -95,9 +96,9 @@ def serve(path: str, control=sys.stdin) -> None:
 
 
 def _private_tmp() -> None:
-    """A /tmp of the server's own, as the jail's is the kernel's: what the imports read there (matplotlib's
-    matplotlibrc: TMPDIR and MPLCONFIGDIR are the jail's /tmp) or make there (matplotlib's font cache,
-    torch.distributed's template folder) is theirs alone, not the machine's /tmp that any user can write to."""
+    """A /tmp of the server's own, as the jail's is the kernel's: what the imports read (matplotlibrc: TMPDIR and
+    MPLCONFIGDIR are the jail's /tmp) or make there (matplotlib's font cache, torch.distributed's templates) is
+    theirs alone, not the machine's /tmp that any user can write to."""
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount(MS_PRIVATE)")
     _check(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777"), "mount(/tmp)")

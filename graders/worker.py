@@ -76,7 +76,7 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
     student, lesson = task.student, task.lesson
     skipped: dict[int, str] = {}  # cell index -> what it did to the kernel
     start = time.monotonic()
-    with sandbox.ipc_folder() as ipc, tempfile.NamedTemporaryFile() as progress, \
+    with sandbox.ipc_folder(slots.ipc_prefix) as ipc, tempfile.NamedTemporaryFile() as progress, \
             tempfile.TemporaryDirectory(prefix="judge-") as private:
         os.chmod(ipc, 0o700)
         canaries, verdicts = os.path.join(private, "canaries.json"), os.path.join(private, "verdicts.json")

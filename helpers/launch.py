@@ -46,7 +46,7 @@ from .hardware import threads_per_rank
 STOP_GRACE_S = 3.0
 # Imported once by the fork server, not by every rank of every launch. torch._dynamo (with sympy,
 # triton, ...) is what DDP and Accelerate import when they first wrap a model: a second or more per rank.
-FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "helpers.launch"]
+FORKSERVER_PRELOAD = ["helpers.forkserver_heap", "torch", "torch.distributed", "torch._dynamo", "helpers.launch"]
 
 
 class WorkerFailed(RuntimeError):

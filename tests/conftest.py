@@ -1,4 +1,5 @@
 import functools
+import gc
 import os
 import signal
 import sys
@@ -138,10 +139,17 @@ JUDGE_MEMO = "GRADER_JUDGE_MEMO"
 
 
 def pytest_configure(config):
+    gc.disable()  # collection imports torch, torch_xla, nbgrader...: as a fork server does (helpers.fresh.import_for_forks)
     if not hasattr(config, "workerinput") and not os.environ.get(JUDGE_MEMO):
         import tempfile
 
         config._judge_memo = os.environ[JUDGE_MEMO] = tempfile.mkdtemp(prefix="judge-memo-")
+
+
+def pytest_collection_finish(session):
+    """The tests then collect only their own garbage, never the ~300,000 objects of the imports."""
+    gc.enable()
+    gc.freeze()
 
 
 def pytest_unconfigure(config):

@@ -1,6 +1,7 @@
 """The grader's fork servers (graders/forkserver.py): nbgrader and the judge, imported once per grading slot."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,6 +43,16 @@ def test_a_served_nbgrader_run_gives_what_its_own_process_gives(tmp_path, server
     assert alone.returncode == 0 and "List assignments" in alone.stdout
     for run in served:
         assert (run.returncode, run.stdout, run.stderr) == (alone.returncode, alone.stdout, alone.stderr)
+
+
+def test_a_served_job_collects_garbage_but_never_walks_what_its_server_imported(tmp_path, server):
+    """The server imports with the collector off and freezes its heap before its first fork."""
+    config = tmp_path / "nbgrader_config.py"
+    config.write_text("import gc\nprint('gc', gc.isenabled(), gc.get_freeze_count())\n")
+    run = runs.run_served(server, ["list", f"--JupyterApp.config_file={config}", f"--CourseDirectory.root={tmp_path}"],
+                          tmp_path, dict(os.environ), timeout=60)
+    found = re.search(r"gc (\w+) (\d+)", run.stdout)
+    assert found and found[1] == "True" and int(found[2]) > 50_000, run.stdout + run.stderr
 
 
 def test_a_served_job_that_fails_reports_its_status_and_stderr(tmp_path, server):

@@ -3,8 +3,13 @@
 
 import csv
 import html
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -136,9 +141,6 @@ def test_feedback_hides_the_hidden_tests(graded_class, lesson):
 def test_retries_share_one_time_limit(tmp_path, monkeypatch):
     """A submission that crashes again and again (each crash costs a regrade) must not hold its job for
     several submission time limits: the limit covers all the retries together."""
-    import subprocess
-    import time
-
     notebook = (REPO / "solutions" / LESSON / f"{LESSON}.ipynb").read_bytes()
     task = submission.Task("crasher", LESSON, {f"{LESSON}.ipynb": notebook}, course.course_digest(), sandboxed=False,
                          cell_timeout=10, submission_timeout=1, solution=notebook)
@@ -165,9 +167,6 @@ def test_a_kernel_that_dies_unnoticed_costs_its_cell_not_the_submission(tmp_path
     """When a kernel dies or hangs in a way nbclient does not notice (its cell never ends), the watchdog stops
     the run once no cell has finished for a while: the cell is skipped, instead of the submission running out
     its whole time limit and being reported as too slow."""
-    import sys
-    import time
-
     # what a stall is here: a process that writes its progress every half second must never look stalled, even
     # when its interpreter takes seconds to start on a loaded machine (1.5 s once did not do under a load of 80)
     STALL_S = 5.0
@@ -200,6 +199,35 @@ def test_concurrent_grading_runs_get_different_sandbox_uids():
     assert again == first, "a finished run gives its uids back"
 
 
+KILLED_GRADER = """
+import json, os, time
+from graders import sandbox, slots
+job_slots = slots.Slots(1, sandboxed=False)
+with sandbox.ipc_folder(job_slots.ipc_prefix) as ipc:
+    print(json.dumps([job_slots.block, job_slots.scratch, ipc, os.path.ismount(ipc)]), flush=True)
+    time.sleep(600)
+"""
+
+
+def test_what_a_killed_grading_process_left_is_swept_by_the_next_holder_of_its_uids():
+    child = subprocess.Popen([sys.executable, "-c", KILLED_GRADER], cwd=course.REPO, stdout=subprocess.PIPE, text=True)
+    block, scratch, ipc, mounted = json.loads(child.stdout.readline())
+    child.kill()  # SIGKILL: neither Slots.close() nor ipc_folder's clean-up runs
+    child.wait()
+    assert os.path.isdir(scratch) and os.path.isdir(ipc) and os.path.ismount(ipc) == mounted
+    held = []  # the blocks below the dead process's, so that the next Slots takes its block
+    try:
+        while (taken := slots.uid_block())[0] != block:
+            held.append(taken[1])
+        taken[1].close()
+        with slots.Slots(1, sandboxed=False) as job_slots:
+            assert job_slots.block == block
+            assert not os.path.exists(scratch) and not os.path.exists(ipc) and not os.path.ismount(ipc)
+    finally:
+        for lock in held:
+            lock.close()
+
+
 def test_output_is_capped_in_bytes_but_errors_always_kept(monkeypatch):
     """A 100 MB line passed nbgrader's line limit; a cap must never drop the error that fails a test."""
     from graders import execute
@@ -226,8 +254,6 @@ def test_output_is_capped_in_bytes_but_errors_always_kept(monkeypatch):
 
 def test_a_status_comes_from_what_the_grader_saw_never_from_what_a_kernel_wrote(tmp_path):
     """nbgrader's output carries the kernel's stderr: words in it decide nothing."""
-    import subprocess
-
     forged = subprocess.CompletedProcess([], 1, "timed out after 3 s\nDeadKernelError: Kernel died\n",
                                          "the submission ran past its time limit\nthe grading run stalled\nValueError: =1+1\n")
     assert worker.reason(forged) == "nbgrader exited with 1"
@@ -245,10 +271,6 @@ def test_no_field_of_grades_csv_starts_a_spreadsheet_formula():
 
 def test_intake_refuses_a_notebook_past_its_limits(tmp_path, monkeypatch):
     """The coordinator reads and renders what a submission sends: its size and cell count are bounded first."""
-    import json
-
-    import nbformat
-
     lesson = "01-dataparallel"
     shutil.copytree(REPO / "solutions" / lesson, tmp_path / "solutions" / lesson)
     folder = tmp_path / "submitted" / "s" / lesson
@@ -300,8 +322,6 @@ def test_the_formgraders_autograde_is_refused_with_the_right_command(tmp_path):
 
 
 def test_a_feedback_section_names_its_exercise_and_points_and_never_a_hidden_value(tmp_path, monkeypatch):
-    import json
-
     from graders import redact
 
     cell = nbformat.v4.new_code_cell("assert x", metadata={"nbgrader": {"grade": True, "grade_id": "shard_tests", "points": 2}})

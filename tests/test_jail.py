@@ -261,7 +261,7 @@ def test_account_files_are_replaced_never_rewritten_in_place():
 
 
 WHO_AND_WHAT = r"""
-import json, os, sys
+import gc, json, os, sys
 def link(fd):
     try:
         return os.readlink(f"/proc/self/fd/{fd}")
@@ -275,7 +275,8 @@ print(json.dumps({"ids": [os.getresuid(), os.getresgid(), os.getgroups()],
                   "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
                   "environ": open("/proc/self/environ", "rb").read().decode(errors="replace"),
                   "env": dict(os.environ), "cwd": os.getcwd(), "root": sorted(os.listdir("/")),
-                  "graders": sorted(n for n in sys.modules if n.startswith("graders"))}))
+                  "graders": sorted(n for n in sys.modules if n.startswith("graders")),
+                  "gc": [gc.isenabled(), gc.get_freeze_count()]}))
 """
 
 
@@ -296,6 +297,8 @@ def test_the_warm_kernel_keeps_nothing_of_the_server_but_its_imports(jail, serve
     assert "GRADER_KERNEL_SERVER" not in found["env"] and not found["graders"], found["graders"]
     assert found["processes"][:3] == [1, 2, 3] and len(found["processes"]) < 20, found["processes"]  # the jail's pid namespace
     assert "home" not in found["root"] and "run" not in found["root"], found["root"]
+    # the kernel collects its own garbage, never the ~250,000 objects the server imported (they are frozen)
+    assert found["gc"][0] and found["gc"][1] > 100_000, found["gc"]
 
 
 def test_only_root_is_served(server):

@@ -63,6 +63,28 @@ def test_ranks_start_with_what_ddp_imports_already_imported():
     assert "torch._dynamo" in launch.FORKSERVER_PRELOAD
 
 
+def _gc_here_and_in_a_fork(*_):
+    """(collector on, objects frozen) in this process and in a fork of it (a DataLoader worker's way)."""
+    import gc
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, f"{int(gc.isenabled())} {gc.get_freeze_count()}".encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    enabled, frozen = os.read(read, 100).decode().split()
+    return (gc.isenabled(), gc.get_freeze_count()), (enabled == "1", int(frozen))
+
+
+def test_ranks_collect_their_garbage_and_never_walk_what_the_server_imported():
+    """The fork server imports with the collector off and freezes its heap (helpers.forkserver_heap): a rank collects
+    its own garbage but never walks torch's ~250,000 objects; a rank's own forks are left as they are."""
+    for (enabled, frozen), in_its_fork in launch.launch(_gc_here_and_in_a_fork, 2):
+        assert enabled and frozen > 100_000 and in_its_fork == (True, frozen)
+    assert launch.FORKSERVER_PRELOAD[0] == "helpers.forkserver_heap"  # first: before torch's objects are made
+
+
 def test_a_notebook_style_closure_is_shipped_by_value():
     scale = 7.0
 

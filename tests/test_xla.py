@@ -225,6 +225,16 @@ def test_the_fork_server_forks_a_child_per_job_with_its_environment(server):
     assert not fresh.run(lambda: hasattr(__import__("json"), "course_mark"), server=server)
 
 
+def test_the_fork_servers_jobs_collect_garbage_but_never_walk_its_imports():
+    server = fresh.ForkServer(["torch"])
+    try:
+        enabled, frozen = fresh.run(lambda: (__import__("gc").isenabled(), __import__("gc").get_freeze_count()),
+                                    server=server)
+    finally:
+        server.stop()
+    assert enabled and frozen > 50_000, (enabled, frozen)
+
+
 def test_the_fork_server_gives_back_errors_logs_and_exit_codes(server):
     def warn():
         print("to the log", file=sys.stderr)
