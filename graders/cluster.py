@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import os
 import secrets
 import shutil
 import subprocess
 import tempfile
 import threading
 import uuid
+import weakref
 from pathlib import Path
 
 from graders import sandbox, worker
@@ -40,6 +42,8 @@ CERTS = REPO / "certs"  # make certs (kept out of git); each grading machine hol
 CERT_FILES = {"ca": "ca.pem", "ca_key": "ca.key", "cert": "cluster.pem", "key": "cluster.key"}
 CERT_DAYS = 3650
 INSECURE_OPT_IN = "--insecure-tcp (make grade INSECURE_TCP=1)"
+# A local cluster's workers share the judge's references through the folder this variable names (local_cluster).
+SHARED_MEMO = "GRADER_CLUSTER_JUDGE_MEMO"
 _SLOTS: dict[bool, Slots] = {}
 _SLOTS_LOCK = threading.Lock()
 
@@ -191,10 +195,15 @@ def local_cluster(workers: int):
 
     if type(workers) is not int or workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
-    # Each worker's Nanny sets this in the worker process it starts, and again when it restarts a dead one.
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, protocol="tls://",
-                        security=temporary_security(), dashboard_address=None,
-                        config={"distributed.worker.profile.enabled": False})
+    # The judge's references (torch's own results), computed once for all the workers of this machine, in a folder
+    # only this user may open; removed with the cluster.
+    memo = tempfile.mkdtemp(prefix="judge-memo-")
+    # Each worker's Nanny sets these in the worker process it starts, and again when it restarts a dead one.
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, protocol="tls://",
+                           security=temporary_security(), dashboard_address=None, env={SHARED_MEMO: memo},
+                           config={"distributed.worker.profile.enabled": False})
+    weakref.finalize(cluster, shutil.rmtree, memo, True)
+    return cluster
 
 
 def require_authenticated(client, insecure_tcp: bool = False) -> None:
@@ -255,7 +264,7 @@ def worker_slots(sandboxed: bool) -> Slots:
 
     with _SLOTS_LOCK:
         if sandboxed not in _SLOTS:
-            _SLOTS[sandboxed] = slots = Slots(get_worker().state.nthreads, sandboxed)
+            _SLOTS[sandboxed] = slots = Slots(get_worker().state.nthreads, sandboxed, memo=os.environ.get(SHARED_MEMO))
             atexit.register(slots.close)
         return _SLOTS[sandboxed]
 

@@ -9,6 +9,7 @@ import contextlib
 import os
 import queue
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -41,17 +42,21 @@ class Slots:
     """The sandbox uids (a block no other grading process on this machine holds) and their cgroups, and the
     scratch space of one grading process: one slot per submission graded at the same time."""
 
-    def __init__(self, jobs: int, sandboxed: bool):
+    def __init__(self, jobs: int, sandboxed: bool, memo: str | None = None):
+        """`memo`: a folder of the judge's references that other grading processes share (a local cluster's workers:
+        graders/cluster.py), instead of one of this process's own."""
         if not 1 <= jobs <= UID_BLOCK:
             raise ValueError(f"jobs must be between 1 and {UID_BLOCK}, got {jobs}")
+        if memo is not None:
+            private_folder("memo", memo)
         self.sandboxed = sandboxed
         self.block, self._lock = uid_block()
         sweep(self.block)
         self.scratch = tempfile.mkdtemp(prefix=scratch_prefix(self.block))
         self.ipc_prefix = sandbox.ipc_prefix(self.block)
         self.spec_dir = sandbox.kernelspec(self.scratch) if sandboxed else None
-        self.memo = os.path.join(self.scratch, "judge-memo")  # the judge's references, shared by the submissions
-        os.makedirs(self.memo, mode=0o700)
+        self.memo = memo or os.path.join(self.scratch, "judge-memo")  # the judge's references, shared by the submissions
+        os.makedirs(self.memo, mode=0o700, exist_ok=True)
         self.free, self.groups = queue.Queue(), {}
         for slot in range(jobs):
             uid = SANDBOX_UID_BASE + self.block * UID_BLOCK + slot
@@ -120,6 +125,16 @@ class KernelServer:
         if self.proc is not None:  # it ends when its stdin does; its forks for running kernels with it
             forkserver.stop(self.proc, grace_s=5)
             self.proc = None
+
+
+def private_folder(name: str, path: str) -> None:
+    """Refuse a folder that anybody but this process's user could write to (a judge trusts what it reads there)."""
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError as error:
+        raise ValueError(f"{name} must be an existing folder, got {path!r} ({error.strerror})") from None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise ValueError(f"{name} must be a folder of this user's that nobody else may open (0700), got {path!r}")
 
 
 def scratch_prefix(block: int) -> str:

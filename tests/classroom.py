@@ -76,6 +76,7 @@ class Graded:
     log: list = field(default_factory=list)  # the coordinator's progress lines
     cleanup: list = field(default_factory=list)  # folders made outside the course for the attacks
     profiling: dict = field(default_factory=dict)  # worker address -> whether Dask's statistical profiler ran
+    memos: dict = field(default_factory=dict)  # worker address -> its slots' judge memo folders, and the files there
 
     def close(self) -> None:
         for folder in self.cleanup:
@@ -116,6 +117,12 @@ def kill_a_busy_worker(client, killed: dict, stop: threading.Event) -> None:
         time.sleep(0.2)
 
 
+def _judge_memos() -> list:
+    from graders import cluster
+
+    return [(slots.memo, sorted(os.listdir(slots.memo))) for slots in cluster._SLOTS.values()]
+
+
 def _cmdline(process) -> str:
     try:
         return " ".join(process.cmdline())
@@ -153,6 +160,7 @@ def grade_the_class(root: Path) -> Graded:
             stop.set()
             killer.join(timeout=30)
             graded.profiling = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+            graded.memos = client.run(_judge_memos)
     finally:
         listener.close()
         os.environ.pop("INSTRUCTOR_TOKEN", None)

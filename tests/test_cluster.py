@@ -53,6 +53,15 @@ def test_the_local_workers_keep_no_statistical_profile(graded_class):
     assert len(graded_class.profiling) == 2 and set(graded_class.profiling.values()) == {False}
 
 
+def test_the_local_workers_share_the_judges_references(graded_class):
+    """The judge's references (torch's own results) are computed once for all of a local cluster's workers (the
+    worker restarted after the kill included), in the one folder local_cluster made for them."""
+    memos = [memo for found in graded_class.memos.values() for memo in found]
+    assert len(memos) == 2 and len({folder for folder, _ in memos}) == 1, memos
+    folder, files = memos[0]
+    assert os.path.basename(folder).startswith("judge-memo-") and files and all(f.endswith(".json") for f in files)
+
+
 def test_a_local_cluster_needs_a_worker():
     from graders import cluster
 

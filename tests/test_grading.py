@@ -228,6 +228,29 @@ def test_what_a_killed_grading_process_left_is_swept_by_the_next_holder_of_its_u
             lock.close()
 
 
+def test_a_shared_judge_memo_must_be_a_folder_only_this_user_may_open(tmp_path):
+    """A judge trusts the references it reads in its memo: one shared by other grading processes (a local cluster's
+    workers) must be a 0700 folder of this user's, and outlives the slots that used it."""
+    shared = tmp_path / "memo"
+    shared.mkdir(mode=0o700)
+    with slots.Slots(1, sandboxed=False, memo=str(shared)) as job_slots:
+        assert job_slots.memo == str(shared)
+    assert shared.is_dir()
+    open_to_the_group = tmp_path / "group"
+    open_to_the_group.mkdir()
+    open_to_the_group.chmod(0o770)
+    (tmp_path / "link").symlink_to(shared)
+    (tmp_path / "file").write_text("")
+    bad = [tmp_path / "missing", open_to_the_group, tmp_path / "link", tmp_path / "file"]
+    if os.geteuid() == 0:  # a folder of another user's
+        bad.append(tmp_path / "others")
+        bad[-1].mkdir(mode=0o700)
+        os.chown(bad[-1], 65534, 65534)
+    for folder in bad:
+        with pytest.raises(ValueError, match="memo"):
+            slots.Slots(1, sandboxed=False, memo=str(folder))
+
+
 def test_output_is_capped_in_bytes_but_errors_always_kept(monkeypatch):
     """A 100 MB line passed nbgrader's line limit; a cap must never drop the error that fails a test."""
     from graders import execute
