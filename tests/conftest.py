@@ -139,17 +139,22 @@ JUDGE_MEMO = "GRADER_JUDGE_MEMO"
 
 
 def pytest_configure(config):
-    gc.disable()  # collection imports torch, torch_xla, nbgrader...: as a fork server does (helpers.fresh.import_for_forks)
     if not hasattr(config, "workerinput") and not os.environ.get(JUDGE_MEMO):
         import tempfile
 
         config._judge_memo = os.environ[JUDGE_MEMO] = tempfile.mkdtemp(prefix="judge-memo-")
 
 
-def pytest_collection_finish(session):
-    """The tests then collect only their own garbage, never the ~300,000 objects of the imports."""
-    gc.enable()
-    gc.freeze()
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """Collection imports torch, torch_xla, nbgrader...: with the garbage collector off, then frozen, as a fork server
+    imports (helpers.fresh.import_for_forks), so that the tests collect only their own garbage, never those objects."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.freeze()
 
 
 def pytest_unconfigure(config):
