@@ -85,8 +85,22 @@ def ipc_folder(prefix: str = "g-"):
             yield folder
         finally:
             if mounted:
-                # lazy: a process still inside cannot keep the folder from being removed
-                subprocess.run(["umount", "--lazy", folder], check=True, capture_output=True)
+                _unmount(folder, check=True)
+
+
+def remove_ipc_folders(prefix: str) -> None:
+    """Unmount and remove the socket folders named `prefix`* that a killed grading process left behind."""
+    for name in os.listdir("/tmp"):
+        folder = os.path.join("/tmp", name)
+        if name.startswith(prefix):
+            if os.path.ismount(folder):
+                _unmount(folder, check=False)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _unmount(folder: str, check: bool) -> None:
+    # lazy: a process still inside cannot keep the folder from being removed
+    subprocess.run(["umount", "--lazy", folder], check=check, capture_output=True)
 
 
 def _mount_tmpfs(folder: str, options: str) -> bool:

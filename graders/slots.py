@@ -145,13 +145,10 @@ def sweep(block: int) -> None:
     """Remove what a killed grading process of this uid block left (SIGKILL skips close() and the jobs' own
     clean-up): its scratch folder and its kernels' socket folders, tmpfs unmounted. Only a holder of the block's
     lock calls this, so no live process owns them."""
-    leftovers = [os.path.join(tempfile.gettempdir(), name) for name in os.listdir(tempfile.gettempdir())
-                 if name.startswith(scratch_prefix(block))]
-    leftovers += [os.path.join("/tmp", name) for name in os.listdir("/tmp") if name.startswith(sandbox.ipc_prefix(block))]
-    for folder in leftovers:
-        if os.path.ismount(folder):
-            subprocess.run(["umount", "--lazy", folder], capture_output=True)
-        shutil.rmtree(folder, ignore_errors=True)
+    for name in os.listdir(tempfile.gettempdir()):
+        if name.startswith(scratch_prefix(block)):
+            shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
+    sandbox.remove_ipc_folders(sandbox.ipc_prefix(block))
 
 
 def uid_block():
