@@ -207,9 +207,7 @@ class ForkServer:
     an interrupt kills, leaving the server and the other jobs alone."""
 
     def __init__(self, modules, env: dict | None = None):
-        if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) and m for m in modules):
-            raise ValueError(f"modules must be a list of module names, got {modules!r}")
-        self.modules = list(modules)
+        self.modules = _module_names(modules)
         self.env = str_dict("env", env)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
@@ -366,6 +364,7 @@ def import_for_forks(modules) -> None:
     objects that live as long as the process: collecting while they are made took about a quarter of the imports'
     CPU time), then frozen (gc.freeze): its forks' collections never walk them, nor write to them (copying their
     pages on write)."""
+    modules = _module_names(modules)
     gc.disable()
     try:
         for name in modules:
@@ -373,6 +372,12 @@ def import_for_forks(modules) -> None:
     finally:
         gc.enable()
         gc.freeze()
+
+
+def _module_names(modules) -> list[str]:
+    if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) and m for m in modules):
+        raise ValueError(f"modules must be a list of module names, got {modules!r}")
+    return list(modules)
 
 
 def _serve(fd: int, modules: list[str]) -> None:

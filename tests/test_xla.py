@@ -323,6 +323,9 @@ def test_a_fork_server_that_cannot_import_says_so():
 def test_fork_server_bad_arguments():
     with pytest.raises(ValueError, match="modules"):
         fresh.ForkServer("torch_xla")
+    for bad in ("torch_xla", ["json", ""], [None]):
+        with pytest.raises(ValueError, match="modules"):
+            fresh.import_for_forks(bad)
     with pytest.raises(ValueError, match="env"):
         fresh.ForkServer(["json"], env={"A": 1})
     with pytest.raises(ValueError, match="server"):
