@@ -99,11 +99,12 @@ lab: setup $(LAB_OVERRIDES)
 	PATH="$(CURDIR)/$(BIN):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/graders$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
 		$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" '--ContentsManager.hide_globs=$(LAB_HIDE)' $(ROOT_FLAG) $(LAB_ARGS)
 
-# pytest-xdist: two workers, one grading the session's class, one running everything else in order
-# (tests/conftest.py). TEST_WORKERS=0 runs all in this process. Three or four lessons run at once on a small
+# pytest-xdist: three workers, one grading the session's class, one running in order the tests that start processes
+# on this machine's network, one (then all) taking the rest (tests/conftest.py): on two cores too, as the second's
+# tests often wait. TEST_WORKERS=0 runs all in this process. Three or four lessons run at once on a small
 # machine: GNU OpenMP's idle threads sleep instead of spinning on the CPU the others need (as graded kernels
 # do, graders/pipeline.py); the fork-safety test runs with the default.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: setup sandbox browser
 	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m pytest $(TEST_PATHS) --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider \

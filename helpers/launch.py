@@ -25,6 +25,7 @@ import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
 import pickle
+import random
 import shutil
 import signal
 import socket
@@ -122,10 +123,37 @@ def plan(n_procs: int, backend: str | None = None) -> Plan:
     return Plan(n_procs, backend, threads_per_rank(n_procs))
 
 
+# Where free_port looks: below 29500 (torchrun's and Accelerate's default port) and below the system's ephemeral
+# range (where a bind to port 0 and every outgoing connection take theirs: Jupyter kernels, Dask, Lightning). A port
+# found free there can then be taken before rank 0 listens on it only by another launch doing the same, which the
+# launch survives (RENDEZVOUS_ATTEMPTS), never by a kernel starting next to it, which would die.
+PORTS = (20000, 29500)
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
 def free_port() -> int:
+    """A port that nothing listens on now, for a launch's rank 0 (MASTER_PORT): a random one from PORTS, below the
+    ephemeral range; where that range starts lower (a tuned machine), whatever port the system hands out."""
+    low, high = PORTS[0], min(PORTS[1], _ephemeral_start())
+    pick = random.SystemRandom()  # not the random module's generator: a notebook may seed that one
+    for _ in range(100 if high - low >= 1000 else 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", pick.randrange(low, high)))
+            except OSError:  # taken
+                continue
+            return s.getsockname()[1]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_start() -> int:
+    try:
+        with open(EPHEMERAL_RANGE) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152  # macOS's and Windows' (IANA's)
 
 
 def device() -> torch.device:

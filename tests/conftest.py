@@ -20,29 +20,36 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 # Tests that read the session's graded class (tests/classroom.py): with pytest-xdist they run on one worker, so
-# that the class is graded once, while the other worker runs the rest.
+# that the class is graded once, while the other workers run the rest.
 CLASS_TESTS = ("tests/test_grading.py", "tests/test_corpus.py", "tests/test_cluster.py", "tests/test_site.py",
                "tests/test_runtimes.py::test_lesson_4_part_b_runs_on_eight_xla_devices")
 
 
-# Tests that start no process on this machine's network (XLA:CPU runs, answers judged in this process or with fresh
-# interpreters that open no port), in small scopes that either worker takes once its own is nearly done, heaviest
-# first: the two end at about the same time however this machine's speed varies (with a fixed split, 120 s apart in
-# three runs of four, 2026-12-02; once the class's kernels were forked warm, everything else ended 83 s after the class
-# and its share of these: so the setup-cell, release and jail tests and lesson 4's part B on one device, which open no
-# port either, joined them).
+# Tests that open no port on this machine's network but the ones a launch's ranks or a kernel take (XLA:CPU runs,
+# answers judged in this process or with launches, nbval's and nbclient's kernels, the judge's, nbgrader's and the warm
+# kernel's servers), in small scopes that any worker takes once its own is nearly done, heaviest first. A kernel takes
+# its ports from the system's ephemeral range and a launch from below it (helpers.launch.free_port), so the two never
+# race for one; two launches may, and the second then forms its group on another port. With three workers on two
+# cores, the third starts on these while one grades the class and one runs everything else in order (with two,
+# "everything else" was the longest stream, ~650 s of a run's ~690, 2026-12-02: these make up half of it).
 ANYWHERE = ("tests/test_xla.py", "tests/test_answers.py::test_answer_is_judged_right",
             "tests/test_setup_cell.py", "tests/test_notebooks.py",  # setup cells in fresh interpreters; release checks
             "tests/test_runtimes.py::test_lesson_4_part_b_runs_on_one_xla_device",  # its kernel on unix sockets
-            "tests/test_jail.py")  # kernels in jails, each with a network of its own
-ON_THE_NETWORK = ("tests/test_xla.py::test_lightning_inserts_a_distributed_sampler",)  # Lightning's DDP on gloo
-HEAVIEST_FIRST = ("tests/test_runtimes.py", "tests/test_xla.py", "tests/test_setup_cell.py",
-                  "04-accelerate-tpu", "03-amp", "02-ddp", "01-dataparallel")
+            "tests/test_jail.py",  # kernels in jails, each with a network of its own
+            "solutions", "tests/test_degenerate.py", "tests/test_backend_behaviour.py", "tests/test_tracebacks.py",
+            "tests/test_forkserver.py", "tests/test_warm_up.py", "tests/test_launch.py", "tests/test_ddp.py",
+            "tests/test_amp.py")
+# Lightning's DDP on gloo (its port from the ephemeral range, taken by a bind to port 0 long before its rank 0 listens)
+ON_THE_NETWORK = ("tests/test_xla.py::test_lightning_inserts_a_distributed_sampler",)
+HEAVIEST_FIRST = ("tests/test_runtimes.py", "04-accelerate-tpu", "tests/test_xla.py", "tests/test_setup_cell.py",
+                  "02-ddp", "tests/test_degenerate.py", "tests/test_backend_behaviour.py", "03-amp",
+                  "tests/test_tracebacks.py", "tests/test_forkserver.py", "tests/test_warm_up.py", "tests/test_launch.py",
+                  "tests/test_ddp.py", "01-dataparallel")
 CLASS, ELSE = "the graded class", "everything else"
 
 
 def _matches(nodeid: str, tests) -> bool:
-    return any(nodeid == t or nodeid.startswith(t + "::") or nodeid.startswith(t + "[") for t in tests)
+    return any(nodeid == t or nodeid.startswith((t + "::", t + "[", t + "/")) for t in tests)
 
 
 def _answer_case(nodeid: str) -> tuple[str, str] | None:
@@ -55,15 +62,6 @@ def _answer_case(nodeid: str) -> tuple[str, str] | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _on_the_network(lesson: str, exercise: str) -> bool:
-    """Whether an exercise's check launches ranks (DDP on gloo, Accelerate's launcher): its test_answers.py cases stay
-    in order with everything else. Read from the exercise's test cell in the solution."""
-    from test_answers import _test_cell
-
-    return any(word in _test_cell(lesson, exercise) for word in ("launch", "spawn", "torchrun"))
-
-
-@functools.lru_cache(maxsize=None)
 def _scope(nodeid: str) -> str:
     if _matches(nodeid, CLASS_TESTS):
         return CLASS
@@ -71,17 +69,18 @@ def _scope(nodeid: str) -> str:
         return ELSE
     if "test_answers" in nodeid:
         case = _answer_case(nodeid)
-        return ELSE if case is None or _on_the_network(*case) else "anywhere: {} {}".format(*case)
+        return ELSE if case is None else "anywhere: {} {}".format(*case)
     return "anywhere: " + nodeid.split("::")[0]
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs on two pytest-xdist workers: one grades the class (tests/classroom.py: its kernels run in
-    the sandbox, in network namespaces of their own) and runs the tests that read it; the other runs everything
-    else in order (a notebook's cells in one kernel, nbval), so that no two tests ever launch processes on this
-    machine's network at once (two launches could race for a port). Each then takes the ANYWHERE scopes left, one
-    at a time. (xdist's `--dist loadgroup` could not express this with pytest 9.2 anyway: its group marks are lost
-    with pytest's structured node ids, pytest-xdist #1386.)"""
+    """`make test` runs on three pytest-xdist workers: one grades the class (tests/classroom.py: its kernels run in
+    the sandbox, in network namespaces of their own) and runs the tests that read it; one runs everything else in
+    order, so that no two of those tests ever start processes on this machine's network at once (torchrun and
+    Accelerate's launcher on their default ports, the README's multi-node commands on theirs, Dask, JupyterLab); the
+    third, and the other two once their own scope is nearly done, take the ANYWHERE scopes, heaviest first, one at a
+    time. (xdist's `--dist loadgroup` could not express this with pytest 9.2 anyway: its group marks are lost with
+    pytest's structured node ids, pytest-xdist #1386.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     def weight(scope: str) -> int:
@@ -92,9 +91,10 @@ def pytest_xdist_make_scheduler(config, log):
             return _scope(nodeid)
 
         def _assign_work_unit(self, node) -> None:
+            first = None
             if not self.assigned_work.get(node):  # a worker's first scope: the class, or everything else
                 first = next((s for s in (CLASS, ELSE) if s in self.workqueue), None)
-            else:
+            if first is None:
                 first = min((s for s in self.workqueue if s.startswith("anywhere: ")), key=weight, default=None)
             if first is not None:
                 self.workqueue.move_to_end(first, last=False)

@@ -176,6 +176,42 @@ def test_a_port_taken_before_rank_0_listens_costs_one_more_try(monkeypatch):
         taken.close()
 
 
+def test_a_launch_port_is_one_that_kernels_and_default_launchers_never_take(monkeypatch, tmp_path):
+    """free_port() picks below torchrun's and Accelerate's default port (29500) and below the ephemeral range, where a
+    Jupyter kernel, Dask or Lightning take theirs (a bind to port 0): a kernel starting while a launch forms its group
+    never loses its port to the launch. A taken port is never handed out; a notebook that seeded the random module does
+    not make two launches pick the same ports; where the ephemeral range starts too low, the system picks."""
+    import random
+    import socket
+
+    random.seed(0)
+    first = [launch.free_port() for _ in range(20)]
+    random.seed(0)
+    second = [launch.free_port() for _ in range(20)]
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral = int(f.read().split()[0])
+    assert all(launch.PORTS[0] <= port < min(launch.PORTS[1], ephemeral) for port in first + second)
+    assert first != second
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            free = probe.getsockname()[1]
+        choices = iter([port, port, free])
+        monkeypatch.setattr(launch.random, "SystemRandom", lambda: type("Fixed", (), {
+            "randrange": staticmethod(lambda low, high: next(choices))})())
+        assert launch.free_port() == free
+    monkeypatch.undo()
+
+    low = tmp_path / "ip_local_port_range"
+    low.write_text("20400\t60999\n")
+    monkeypatch.setattr(launch, "EPHEMERAL_RANGE", str(low))
+    assert all(launch.free_port() >= ephemeral for _ in range(5)), "the system's choice, from its own range"
+
+
 # What a rank printed when rank 0's store reset its connection while the group formed (a loaded machine, make test)
 RESET_IN_RENDEZVOUS = """Traceback (most recent call last):
   File "/work/main/helpers/launch.py", line 303, in _run_rank
