@@ -135,14 +135,15 @@ def free_port() -> int:
     """A port that nothing listens on now, for a launch's rank 0 (MASTER_PORT): a random one from PORTS, below the
     ephemeral range; where that range starts lower (a tuned machine), whatever port the system hands out."""
     low, high = PORTS[0], min(PORTS[1], _ephemeral_start())
-    pick = random.SystemRandom()  # not the random module's generator: a notebook may seed that one
-    for _ in range(100 if high - low >= 1000 else 0):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", pick.randrange(low, high)))
-            except OSError:  # taken
-                continue
-            return s.getsockname()[1]
+    if high - low >= 1000:
+        pick = random.SystemRandom()  # not the random module's generator: a notebook may seed that one
+        for _ in range(100):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", pick.randrange(low, high)))
+                except OSError:  # taken
+                    continue
+                return s.getsockname()[1]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
