@@ -407,3 +407,30 @@ def test_the_server_has_a_tmp_of_its_own(server):
     assert os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
     mounts = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
     assert any(line.split()[4] == "/tmp" and " - tmpfs " in line for line in mounts), "no tmpfs on the server's /tmp"
+
+
+def test_a_course_under_tmp_keeps_its_code_in_the_servers_tmp(tmp_path):
+    """A clone under /tmp (its .venv inside): the server's private /tmp still shows the folders it imports from,
+    and nothing else of the machine's /tmp. (Before, the tmpfs hid a .venv under /tmp and every kernel failed.)"""
+    import subprocess
+    import sys
+    import tempfile
+
+    clone = Path(tempfile.mkdtemp(prefix="clone-", dir="/tmp"))
+    other = Path(tempfile.mkdtemp(prefix="not-code-", dir="/tmp"))
+    try:
+        (clone / "site").mkdir()
+        (clone / "site" / "course_code_under_tmp.py").write_text("VALUE = 42\n")
+        script = (f"import json, os, sys; sys.path.append({str(clone / 'site')!r})\n"
+                  "from graders import warm_kernel; warm_kernel._private_tmp()\n"
+                  "import course_code_under_tmp\n"
+                  f"print(json.dumps([course_code_under_tmp.VALUE, os.path.exists({str(other)!r}), os.listdir('/tmp')]))")
+        ran = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        value, sees_other, listed = json.loads(ran.stdout)
+        assert value == 42 and not sees_other and listed == [clone.name], (value, sees_other, listed)
+    finally:
+        for folder in (clone, other):
+            for path in sorted(folder.rglob("*"), reverse=True):
+                path.unlink() if path.is_file() else path.rmdir()
+            folder.rmdir()
