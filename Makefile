@@ -8,7 +8,10 @@
 #                 grades.csv, reports/ (JOBS=N grades N at a time; SCHEDULER=tls://host:8786 on a Dask cluster,
 #                 with the certificates of `make certs`, INSECURE_TCP=1 to allow plain tcp://;
 #                 UNSANDBOXED=1 runs student code unsandboxed; DEMONSTRATIONS=1 runs the lessons' demonstration cells,
-#                 which grading otherwise leaves out)
+#                 which grading otherwise leaves out; STUDENT=id and LESSON=name grade those only, several
+#                 separated by spaces, and grades.csv keeps the other rows)
+#   make check NOTEBOOK=path  a student's self-check: their saved notebook graded as `make grade` grades it (the
+#                 sandbox where there is one, hidden tests, judge) -> points per exercise, reports/self-check/LESSON.html
 #   make certs    the Dask grading cluster's CA, certificate and key -> certs/ (CERTS=DIR), kept if they exist
 #   make bench    print each notebook's execution time and grading times, sequential and parallel
 #                 (BENCH_ARGS="--workers 1 2 4": on Dask worker processes, with a 1,000-student projection)
@@ -31,8 +34,10 @@ CERTS ?= certs
 INSECURE_TCP ?=
 UNSANDBOXED ?=
 DEMONSTRATIONS ?=
+STUDENT ?=
+LESSON ?=
 
-.PHONY: setup sandbox browser lab test release grade bench site
+.PHONY: setup sandbox browser lab test release grade bench site check
 
 setup: $(STAMP)
 
@@ -113,13 +118,20 @@ test: setup sandbox browser
 release: setup
 	$(BIN)/python -m graders.pipeline release
 
+# A student's self-check of their own notebook (graders/selfcheck.py); NOTEBOOK relative to the course folder, or absolute
+NOTEBOOK ?=
+check: setup sandbox
+	@test -n "$(NOTEBOOK)" || { echo "usage: make check NOTEBOOK=notebooks/01-dataparallel/01-dataparallel.ipynb" >&2; exit 2; }
+	$(BIN)/python -m graders.selfcheck "$(NOTEBOOK)"
+
 # The course website: the student notebooks with the outputs of their explanation cells -> build/site/index.html
 site: setup
 	$(BIN)/python -m website.build --out build/site
 
 grade: setup sandbox
 	$(BIN)/python -m graders.pipeline grade --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER) --certs $(CERTS)) \
-		$(if $(INSECURE_TCP),--insecure-tcp) $(if $(UNSANDBOXED),--unsandboxed) $(if $(DEMONSTRATIONS),--run-demonstrations)
+		$(if $(INSECURE_TCP),--insecure-tcp) $(if $(UNSANDBOXED),--unsandboxed) $(if $(DEMONSTRATIONS),--run-demonstrations) \
+		$(foreach s,$(STUDENT),--student $(s)) $(foreach l,$(LESSON),--lesson $(l))
 
 # The grading cluster's mutual TLS (website/pages/cluster.md): a CA and the certificate its machines share.
 .PHONY: certs

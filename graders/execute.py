@@ -192,9 +192,10 @@ OWN_FUNCTIONS = ("collect", "dumps", "encode", "kernel_changes")  # checked in t
 
 PIPELINE = "GRADER_PIPELINE"  # set by graders/pipeline.py for the runs it starts
 REFUSAL = ("This autograde would run student code without the grading sandbox and without the judge, so its "
-           "grades could differ from the course's. Grade with `make grade` (python -m graders.pipeline grade) "
-           "from the course root: every submission then gets the same sandbox and judge. The formgrader shows "
-           "the grades, the submissions and the feedback once `make grade` has run.")
+           "grades could differ from the course's. Grade with `make grade` (python -m graders.pipeline grade; "
+           "`make grade STUDENT=id LESSON=name` for one submission) from the course root, or with the "
+           "formgrader's Autograde button in `make lab`: every submission then gets the same sandbox and judge. "
+           "Nothing was changed: the grades recorded before are kept.")
 
 
 def refuse_outside_the_pipeline(**_) -> None:
@@ -202,6 +203,16 @@ def refuse_outside_the_pipeline(**_) -> None:
     logs a failed hook and goes on; GradingPipelineOnly then stops the run)."""
     if os.environ.get(PIPELINE) != "1":
         raise RuntimeError("\n" + textwrap.fill(REFUSAL, 60))
+
+
+def refuse_autograde_app() -> None:
+    """`nbgrader autograde` run by hand: refused while its config loads, before nbgrader removes the graded notebooks
+    it would replace (its own --force does that first). The pipeline's runs set GRADER_PIPELINE."""
+    from nbgrader.apps.autogradeapp import AutogradeApp
+
+    running = getattr(AutogradeApp, "_instance", None)  # (set on the base classes too: any nbgrader app's)
+    if os.environ.get(PIPELINE) != "1" and isinstance(running, AutogradeApp):
+        raise SystemExit(textwrap.fill(REFUSAL, 100))
 
 
 class GradingPipelineOnly(NbGraderPreprocessor):

@@ -31,11 +31,14 @@ MAX_CELLS = int(os.environ.get("GRADER_MAX_CELLS", "1000"))
 
 
 def submissions(root: Path, course_lessons: list[str], timeouts: dict[str, int], submission_timeout: int, sandboxed: bool,
-                run_demonstrations=False):
+                run_demonstrations=False, only_students=None):
     """The submissions to grade, and a Result for each that cannot be. `run_demonstrations`: True runs the
-    instructor's demonstrations in every submission, a collection of student ids in theirs only."""
+    instructor's demonstrations in every submission, a collection of student ids in theirs only. `only_students`:
+    these students' submissions only (default: everybody's)."""
     submitted = root / "submitted"
     students = sorted(d.name for d in submitted.iterdir() if d.is_dir()) if submitted.is_dir() else []
+    if only_students is not None:
+        students = [s for s in students if s in set(only_students)]
     digest = course_digest()
     sources = {lesson: (root / "solutions" / lesson / f"{lesson}.ipynb").read_bytes() for lesson in course_lessons}
     results, tasks = [], []

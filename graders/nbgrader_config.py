@@ -18,11 +18,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from graders.execute import (CheckCanaries, CrashSafeExecute, GradingPipelineOnly, JoinHiddenParts,  # noqa: E402
-                              PrepareCells, refuse_outside_the_pipeline)
+                              PrepareCells, refuse_autograde_app, refuse_outside_the_pipeline)
 from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
 from graders.release import LetRunAllGoOn  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
+
+refuse_autograde_app()  # a bare `nbgrader autograde`, before it removes anything; the formgrader's button grades
+# through the pipeline (graders/formgrader.py)
 
 c.CourseDirectory.root = ROOT
 c.CourseDirectory.course_id = "multi-device-course"

@@ -42,10 +42,17 @@ class SandboxUnavailable(RuntimeError):
     pass
 
 
+class UnknownChoice(ValueError):
+    """A student or lesson to grade that the course does not have."""
+
+
 def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 3600, jobs: int = 1,
           sandboxed: bool = True, scheduler=None, log=None, lesson_timeouts: dict[str, int] | None = None,
-          insecure_tcp: bool = False, certs: Path | None = None, run_demonstrations=False) -> list[Result]:
+          insecure_tcp: bool = False, certs: Path | None = None, run_demonstrations=False, students=None,
+          only_lessons=None) -> list[Result]:
     """Autograde everything under submitted/<student>/<lesson>/, write feedback/, grades.csv and a report plot.
+    `students`, `only_lessons`: grade these students' submissions, of these lessons, only (default: all); grades.csv
+    keeps the rows of the others.
     `lesson_timeouts` gives some lessons a cell timeout of their own (seconds), instead of `cell_timeout`.
     `run_demonstrations`: True runs the lessons' demonstrations too, a collection of student ids in theirs only.
 
@@ -57,24 +64,43 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
                                  "(make grade UNSANDBOXED=1) to run submissions with your own rights.")
     if jobs > UID_BLOCK:
         raise ValueError(f"jobs must be at most {UID_BLOCK}, got {jobs}")
-    course_lessons = lessons(root)
+    course_lessons = _chosen("only_lessons", only_lessons, lessons(root))
+    students = None if students is None else _chosen("students", students, _submitters(root))
     recorder = Recorder(root)
     try:
         return _grade_with(recorder, root, course_lessons, cell_timeout, submission_timeout, jobs, sandboxed,
-                           scheduler, log, lesson_timeouts, insecure_tcp, certs, run_demonstrations)
+                           scheduler, log, lesson_timeouts, insecure_tcp, certs, run_demonstrations, students)
     finally:
         recorder.close()
 
 
+def _chosen(name: str, chosen, available: list[str]) -> list[str]:
+    """`available`, or the part of it `chosen` names (a ValueError naming `name` for any it lacks)."""
+    if chosen is None:
+        return available
+    if isinstance(chosen, str) or not all(isinstance(c, str) for c in chosen):
+        raise UnknownChoice(f"{name} must be a list of names, got {chosen!r}")
+    unknown = sorted(set(chosen) - set(available))
+    if unknown or not chosen:
+        raise UnknownChoice(f"{name} names {unknown or 'nothing'}; there are: {available}")
+    return [a for a in available if a in set(chosen)]
+
+
+def _submitters(root: Path) -> list[str]:
+    submitted = root / "submitted"
+    return sorted(d.name for d in submitted.iterdir() if d.is_dir()) if submitted.is_dir() else []
+
+
 def _grade_with(recorder, root, course_lessons, cell_timeout, submission_timeout, jobs, sandboxed, scheduler, log,
-                lesson_timeouts, insecure_tcp, certs, run_demonstrations) -> list[Result]:
+                lesson_timeouts, insecure_tcp, certs, run_demonstrations, students) -> list[Result]:
     for lesson in course_lessons:  # records each lesson's grade cells in the gradebook
         recorder.generate_assignment(lesson)
-    unknown = set(lesson_timeouts or {}) - set(course_lessons)
+    unknown = set(lesson_timeouts or {}) - set(lessons(root))
     if unknown:
         raise ValueError(f"lesson_timeouts names lessons the course does not have: {sorted(unknown)}")
     timeouts = {lesson: (lesson_timeouts or {}).get(lesson, cell_timeout) for lesson in course_lessons}
-    results, tasks = submissions(root, course_lessons, timeouts, submission_timeout, sandboxed, run_demonstrations)
+    results, tasks = submissions(root, course_lessons, timeouts, submission_timeout, sandboxed, run_demonstrations,
+                                 students)
     template = recorder.template()
     if scheduler is None:
         outcomes = run_here(tasks, template, jobs, sandboxed, log)
@@ -102,6 +128,10 @@ def main(argv=None) -> int:
     parser.add_argument("--cell-timeout", type=int, default=300)
     parser.add_argument("--submission-timeout", type=int, default=3600)
     parser.add_argument("--unsandboxed", action="store_true", help="run student code without the sandbox (unsafe)")
+    parser.add_argument("--student", action="append", dest="students", metavar="ID",
+                        help="grade this student's submissions only (again for more students; default: everybody's)")
+    parser.add_argument("--lesson", action="append", dest="lessons", metavar="LESSON",
+                        help="grade this lesson only (again for more lessons; default: every lesson)")
     parser.add_argument("--run-demonstrations", action="store_true",
                         help="run the lessons' demonstration cells too (by default they are left out where a "
                              "submission kept them unchanged: they change no grade)")
@@ -136,8 +166,9 @@ def main(argv=None) -> int:
     try:
         results = grade(root, args.cell_timeout, args.submission_timeout, args.jobs, sandboxed=not args.unsandboxed,
                         scheduler=args.scheduler, log=lambda line: print(line, flush=True),
-                        insecure_tcp=args.insecure_tcp, certs=args.certs, run_demonstrations=args.run_demonstrations)
-    except SandboxUnavailable as error:
+                        insecure_tcp=args.insecure_tcp, certs=args.certs, run_demonstrations=args.run_demonstrations,
+                        students=args.students, only_lessons=args.lessons)
+    except (SandboxUnavailable, UnknownChoice) as error:
         print(error, file=sys.stderr)
         return 2
     if args.unsandboxed:

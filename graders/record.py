@@ -91,9 +91,22 @@ class Recorder:
         except Exception as error:  # noqa: BLE001 - a bad outcome costs its submission a status, not the batch
             result.status = f"not graded: its result could not be recorded ({type(error).__name__})"
             return result
+        result.status += self._late(task)
         if not self._feedback(task, outcome.verdict, redact.edition(notebook)):
             result.status += " (feedback failed)"
         return result
+
+    def _late(self, task: Task) -> str:
+        """The note " (late by H:MM:SS)" for a submission past the lesson's due date (the gradebook's, set in the formgrader
+        or with `nbgrader db assignment add LESSON --duedate=...`); nbgrader's LateSubmissionPenalty applied any
+        penalty when the scores were saved."""
+        import datetime
+
+        from nbgrader.api import Gradebook
+
+        with Gradebook(self.db_url, self.coursedir.course_id) as gb:
+            late = gb.find_submission(task.lesson, task.student).total_seconds_late
+        return f" (late by {datetime.timedelta(seconds=round(late))})" if late > 0 else ""
 
     def _write_graded(self, task: Task, text: str) -> None:
         folder = self.root / "autograded" / task.student / task.lesson

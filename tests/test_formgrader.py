@@ -1,8 +1,10 @@
 """The formgrader as an instructor meets it after `make lab`, in headless Chromium: on a fresh course folder (the
 lessons recorded by `python -m graders.pipeline gradebook`, as `make lab` does, and one submission), the lesson list
-shows the four lessons, not a database traceback, and the Autograde button of a submission is refused with a message
-that names `make grade`, and records no grade (graders/execute.py's GradingPipelineOnly)."""
+shows the lessons, not a database traceback, and the Autograde button grades a submission through the grading
+pipeline (graders/formgrader.py): the same scores, status, flags and feedback as `make grade`, and a grading that
+fails keeps the grade recorded before."""
 
+import csv
 import json
 import os
 import shutil
@@ -71,26 +73,51 @@ def _stop(server: subprocess.Popen) -> None:
     server.wait()
 
 
-@pytest.mark.skipif(CHROMIUM is None and not IN_CI, reason=NO_CHROMIUM)
-def test_the_formgrader_lists_the_lessons_and_its_autograde_button_points_to_make_grade(tmp_path):
-    if CHROMIUM is None:  # only in CI (CI is set): the browser test must run there
-        pytest.fail(f"{NO_CHROMIUM}; in CI it must run: `make browser`, which make test runs first, said why not")
-    from nbgrader.api import Gradebook, MissingEntry
-    from playwright.sync_api import expect, sync_playwright
-
-    root = tmp_path / "course"
+def _course(root: Path) -> None:
     for folder in ("solutions", "notebooks"):
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     submitted = root / "submitted" / STUDENT / LESSON
     submitted.mkdir(parents=True)
     shutil.copy(REPO / "solutions" / LESSON / f"{LESSON}.ipynb", submitted)
+
+
+def _recorded(root: Path) -> dict:
+    """What grading recorded for the submission: its scores per cell, grades.csv's row and the feedback's verdicts."""
+    from graders.grades import scores
+
+    with open(root / "grades.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if (r["student"], r["lesson"]) == (STUDENT, LESSON))
+    page = (root / "feedback" / STUDENT / LESSON / f"{LESSON}.html").read_text()
+    verdicts = sorted(line.strip() for line in page.splitlines() if "hidden test" in line.lower())
+    return {"scores": scores(root, STUDENT, LESSON), "status": row["status"], "flags": row["flags"],
+            "score": row["score"], "verdicts": verdicts}
+
+
+@pytest.mark.skipif(CHROMIUM is None and not IN_CI, reason=NO_CHROMIUM)
+def test_the_formgraders_autograde_button_grades_as_make_grade_and_never_loses_a_grade(tmp_path):
+    if CHROMIUM is None:  # only in CI (CI is set): the browser test must run there
+        pytest.fail(f"{NO_CHROMIUM}; in CI it must run: `make browser`, which make test runs first, said why not")
+    from graders import pipeline
+    from playwright.sync_api import expect, sync_playwright
+
+    if (why := pipeline.sandbox.available()) is not None:
+        pytest.skip(f"no sandbox here: {why}")
+    root, by_make_grade = tmp_path / "course", tmp_path / "make-grade"
+    _course(root)
+    _course(by_make_grade)
     course_lessons = lessons(root)
-    assert len(course_lessons) == 4 and LESSON in course_lessons
+    assert LESSON in course_lessons
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}  # GRADER_PIPELINE=1 would let it grade
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     subprocess.run([sys.executable, "-m", "graders.pipeline", "gradebook", "--root", str(root)], cwd=REPO, env=env,
                    check=True, capture_output=True, timeout=120)
+    # `make grade STUDENT=s1 LESSON=01-dataparallel` on a copy of the same course: what the button must give
+    subprocess.run([sys.executable, "-m", "graders.pipeline", "grade", "--root", str(by_make_grade),
+                    f"--student={STUDENT}", f"--lesson={LESSON}"], cwd=REPO, env=env, check=True, capture_output=True,
+                   timeout=600)
+    expected = _recorded(by_make_grade)
+    assert expected["status"] == "graded" and expected["flags"] == "", expected
 
     # The course config (graders/nbgrader_config.py) sets the course root to the repository, and the formgrader
     # reloads the config files on each request, over --CourseDirectory.root on the command line (nbgrader 0.9.6
@@ -102,12 +129,12 @@ def test_the_formgrader_lists_the_lessons_and_its_autograde_button_points_to_mak
     runtime = tmp_path / "runtime"
     env["JUPYTER_RUNTIME_DIR"] = str(runtime)
     log = tmp_path / "server.log"
-    with open(log, "wb") as out:  # as `make lab` starts it
+    with open(log, "wb") as out:  # as `make lab` starts it, from another folder
         server = subprocess.Popen(
             [str(BIN / "jupyter"), "lab", f"--ServerApp.root_dir={root}", "--allow-root", "--no-browser",
              "--ServerApp.open_browser=False", "--ServerApp.ip=127.0.0.1", "--ServerApp.port=0",
              f"--IdentityProvider.token={TOKEN}"],
-            cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         base = _wait_until_up(server, runtime, log)
         with sync_playwright() as playwright:
@@ -126,7 +153,6 @@ def test_the_formgrader_lists_the_lessons_and_its_autograde_button_points_to_mak
                 for lesson in course_lessons:
                     expect(page.locator("#main-table td.name", has_text=lesson)).to_have_count(1)
                 _no_error_on(page)
-                page.screenshot(path=str(tmp_path / "lessons.png"), full_page=True)
 
                 # The lesson's submissions: the number of submissions links to them.
                 row = page.locator("#main-table tr", has=page.locator("td.name", has_text=LESSON))
@@ -137,34 +163,47 @@ def test_the_formgrader_lists_the_lessons_and_its_autograde_button_points_to_mak
                 expect(submission).to_have_count(1)
                 _no_error_on(page)
 
-                # Autograde: refused, with the command that grades.
+                # Autograde: graded, in the sandbox, as make grade grades.
+                submission.locator("td.autograde a").click()
+                modal = page.locator("#success-modal")
+                expect(modal).to_be_visible(timeout=600_000)
+                page.screenshot(path=str(tmp_path / "autograde.png"), full_page=True)
+                modal.locator(".modal-footer button", has_text="OK").click()
+                expect(modal).to_have_count(0)
+                state = page.request.get(f"{base}/formgrader/api/submission/{LESSON}/{STUDENT}").json()
+                assert state["autograded"] is True and state["score"] == state["max_score"] > 0, state
+                assert _recorded(root) == expected
+
+                # A grading that fails (the notebook is no longer readable) keeps the grade.
+                (root / "submitted" / STUDENT / LESSON / f"{LESSON}.ipynb").write_text("not a notebook")
+                page.reload()
                 submission.locator("td.autograde a").click()
                 modal = page.locator("#error-modal")
-                expect(modal).to_be_visible(timeout=30_000)
-                expect(modal.locator(".modal-title")).to_have_text("Error")
-                message = modal.inner_text()
-                page.screenshot(path=str(tmp_path / "autograde.png"), full_page=True)
-                assert "make grade" in message, message
-                assert "sandbox" in message, message
+                expect(modal).to_be_visible(timeout=600_000)
+                assert "cannot be read" in modal.inner_text() and "kept" in modal.inner_text(), modal.inner_text()
                 state = page.request.get(f"{base}/formgrader/api/submission/{LESSON}/{STUDENT}").json()
-                assert state["autograded"] is False and state["score"] == 0, state
+                assert state["autograded"] is True and state["score"] == state["max_score"], state
                 assert not errors, f"JavaScript errors: {errors}"
             finally:
                 browser.close()
     finally:
         _stop(server)
+    assert (root / "autograded" / STUDENT / LESSON / f"{LESSON}.ipynb").is_file()
+    assert _recorded(root)["scores"] == expected["scores"]
 
-    assert not list((root / "autograded").rglob("*.ipynb")), "the refused autograde left an autograded notebook"
-    gradebook = Gradebook(f"sqlite:///{root / 'gradebook.db'}", course_id="multi-device-course")
-    try:
-        try:
-            recorded = gradebook.find_submission(LESSON, STUDENT)
-        except MissingEntry:
-            recorded = None
-        if recorded is not None:  # nbgrader may record the submission before the refusal, never a score
-            scores = [(grade.name, grade.auto_score, grade.manual_score) for notebook in recorded.notebooks
-                      for grade in notebook.grades]
-            assert all(auto is None and manual is None for _, auto, manual in scores), scores
-            assert recorded.score == 0, recorded.score
-    finally:
-        gradebook.close()
+
+def test_a_bare_nbgrader_autograde_is_refused_before_it_removes_a_grade(tmp_path):
+    """`nbgrader autograde --force` by hand would remove the graded notebook, then run student code unsandboxed: the
+    course config refuses it first, naming the commands that grade, and the graded notebook stays."""
+    root = tmp_path / "course"
+    _course(root)
+    graded = root / "autograded" / STUDENT / LESSON / f"{LESSON}.ipynb"
+    graded.parent.mkdir(parents=True)
+    graded.write_text("{}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    ran = subprocess.run([str(BIN / "nbgrader"), "autograde", LESSON, f"--student={STUDENT}", "--force",
+                          f"--CourseDirectory.root={root}", f"--JupyterApp.config_file={REPO / 'graders' / 'nbgrader_config'}"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode != 0 and "make grade STUDENT=" in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+    assert graded.read_text() == "{}"

@@ -385,3 +385,36 @@ def test_the_turkish_edition_is_graded_like_the_english_with_feedback_in_turkish
     assert "The tests in this cell passed" not in page and "Score: " not in page
     english = (graded_class.root / "feedback" / "full" / lesson / f"{lesson}.html").read_text()
     assert "The tests in this cell passed" in english and "Bu hücredeki" not in english
+
+
+def test_grading_one_student_keeps_the_others_rows_and_says_when_a_submission_is_late(tmp_path):
+    """`make grade STUDENT=... LESSON=...` grades those only; grades.csv keeps every other row, with the columns of the
+    lessons it lists; a submission past the lesson's due date says by how much; unknown names are refused."""
+    from nbgrader.api import Gradebook
+
+    shutil.copytree(REPO / "solutions" / LESSON, tmp_path / "solutions" / LESSON)
+    shutil.copytree(REPO / "solutions" / "02-ddp", tmp_path / "solutions" / "02-ddp")
+    for student in ("s1", "s2"):
+        (tmp_path / "submitted" / student / LESSON).mkdir(parents=True)
+    (tmp_path / "submitted" / "s2" / LESSON / f"{LESSON}.ipynb").write_text("not a notebook")
+    first = pipeline.grade(tmp_path, sandboxed=False, students=["s2"])
+    assert [(r.student, r.status) for r in first] == [("s2", "not graded: the notebook cannot be read (JSONDecodeError)")]
+
+    shutil.copy(REPO / "solutions" / LESSON / f"{LESSON}.ipynb", tmp_path / "submitted" / "s1" / LESSON)
+    (tmp_path / "submitted" / "s1" / LESSON / "timestamp.txt").write_text("2026-01-02 00:00:00 UTC")
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
+        gb.update_or_create_assignment(LESSON, duedate="2026-01-01 00:00:00 UTC")
+    [late] = pipeline.grade(tmp_path, sandboxed=False, students=["s1"], only_lessons=[LESSON])
+    assert late.status == "graded (late by 1 day, 0:00:00)", late.status
+
+    with open(tmp_path / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["student"], r["status"]) for r in rows] == [("s1", late.status), ("s2", first[0].status)]
+    assert all(c.startswith(f"{LESSON}:") for c in rows[0] if ":" in c), "only the graded lesson's exercises"
+    assert float(rows[0]["score"]) == sum(POINTS[LESSON].values()) and float(rows[1]["score"]) == 0
+
+    with pytest.raises(ValueError, match="students names \\['s3'\\]"):
+        pipeline.grade(tmp_path, sandboxed=False, students=["s3"])
+    with pytest.raises(ValueError, match="only_lessons names \\['05-nothing'\\]"):
+        pipeline.grade(tmp_path, sandboxed=False, only_lessons=["05-nothing"])
+    assert pipeline.main(["grade", "--root", str(tmp_path), "--student=s3", "--unsandboxed"]) == 2
