@@ -28,7 +28,6 @@ them, and the pipeline flags the submission.
 import json
 import os
 import secrets
-import textwrap
 
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
@@ -188,41 +187,6 @@ CANARY = "grader_canary"
 HIDDEN_PART = "grader_hidden_part"
 INSERTED = (CANARY, HIDDEN_PART)  # the marks of the grader's own cells: a submission's cells never keep them
 OWN_FUNCTIONS = ("collect", "dumps", "encode", "kernel_changes")  # checked in the canary's own code, too
-
-
-PIPELINE = "GRADER_PIPELINE"  # set by graders/pipeline.py for the runs it starts
-REFUSAL = ("This autograde would run student code without the grading sandbox and without the judge, so its "
-           "grades could differ from the course's. Grade with `make grade` (python -m graders.pipeline grade; "
-           "`make grade STUDENT=id LESSON=name` for one submission) from the course root, or with the "
-           "formgrader's Autograde button in `make lab`: every submission then gets the same sandbox and judge. "
-           "Nothing was changed: the grades recorded before are kept.")
-
-
-def refuse_outside_the_pipeline(**_) -> None:
-    """nbgrader's pre-convert hook: the refusal, wrapped for the formgrader's error box, first in its log (nbgrader
-    logs a failed hook and goes on; GradingPipelineOnly then stops the run)."""
-    if os.environ.get(PIPELINE) != "1":
-        raise RuntimeError("\n" + textwrap.fill(REFUSAL, 60))
-
-
-def refuse_autograde_app() -> None:
-    """`nbgrader autograde` run by hand: refused while its config loads, before nbgrader removes the graded notebooks
-    it would replace (its own --force does that first). The pipeline's runs set GRADER_PIPELINE."""
-    from nbgrader.apps.autogradeapp import AutogradeApp
-
-    running = getattr(AutogradeApp, "_instance", None)  # (set on the base classes too: any nbgrader app's)
-    if os.environ.get(PIPELINE) != "1" and isinstance(running, AutogradeApp):
-        raise SystemExit(textwrap.fill(REFUSAL, 100))
-
-
-class GradingPipelineOnly(NbGraderPreprocessor):
-    """Refuse an autograde that graders/pipeline.py did not start (the formgrader's Autograde button, a bare
-    `nbgrader autograde`): only the pipeline runs student code in the sandbox and judges it outside."""
-
-    def preprocess(self, nb, resources):
-        if os.environ.get(PIPELINE) != "1":
-            raise RuntimeError(REFUSAL)
-        return nb, resources
 
 
 class PrepareCells(NbGraderPreprocessor):

@@ -17,8 +17,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from graders.execute import (CheckCanaries, CrashSafeExecute, GradingPipelineOnly, JoinHiddenParts,  # noqa: E402
-                              PrepareCells, refuse_autograde_app, refuse_outside_the_pipeline)
+from graders.execute import CheckCanaries, CrashSafeExecute, JoinHiddenParts, PrepareCells  # noqa: E402
+from graders.gate import GradingPipelineOnly, refuse_autograde_app, refuse_outside_the_pipeline  # noqa: E402
 from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
 from graders.release import LetRunAllGoOn  # noqa: E402
 

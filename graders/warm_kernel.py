@@ -43,6 +43,9 @@ import traceback
 from dataclasses import dataclass
 
 from graders import limits, seccomp
+from graders.private_tmp import check as _check
+from graders.private_tmp import libc as _libc
+from graders.private_tmp import private_tmp
 
 PRELOAD = ("torch", "torch._dynamo", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell",
            "IPython.core.interactiveshell", "IPython.core.completer", "jupyter_client.session", "matplotlib.pyplot")
@@ -57,17 +60,7 @@ UNCOMPARED = ("HOME", "PWD")  # the jail's variables that differ per kernel (its
 NO_HOME = "/nonexistent"  # the server's HOME and PWD: no import may depend on a kernel's
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL, LINUX_CAPABILITY_VERSION_3 = 4, 0x20080522
-CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 2, 4, 4096, 16384, 1 << 18
 REQUEST_BYTES = 1 << 20
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, f"{what}: {os.strerror(error)}")
-
 
 # ---- the server (root; never runs student code) ----------------------------------------------------------------
 
@@ -78,7 +71,7 @@ def serve(path: str, control=sys.stdin) -> None:
     listener.bind(path)
     os.chmod(path, 0o600)
     listener.listen(64)
-    _private_tmp()
+    private_tmp()
     environ, path_before = dict(os.environ), list(sys.path)
     os.environ.update(IPYKERNEL_ENV)
     gc.disable()  # imports for forks, as helpers.fresh.import_for_forks says
@@ -93,41 +86,6 @@ def serve(path: str, control=sys.stdin) -> None:
     finally:
         for folder in made.folders:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _private_tmp(keep: list[str] | None = None) -> None:
-    """A /tmp of the server's own, as the jail's is the kernel's: what the imports read (matplotlibrc: TMPDIR and
-    MPLCONFIGDIR are the jail's /tmp) or make there (matplotlib's font cache, torch.distributed's templates) is
-    theirs alone, not the machine's /tmp that any user can write to. The folders of `keep` (default: where Python,
-    the venv and the course are: `code_folders()`) that lie under /tmp -- a clone under /tmp -- stay as they are."""
-    kept = _under_tmp(code_folders() if keep is None else keep)
-    _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount(MS_PRIVATE)")
-    machine_tmp = os.open("/tmp", os.O_PATH | os.O_DIRECTORY)  # in the new namespace (a bind's source must be)
-    try:
-        _check(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777"), "mount(/tmp)")
-        for folder in kept:
-            os.makedirs(folder, mode=0o755, exist_ok=True)
-            source = f"/proc/self/fd/{machine_tmp}/{os.path.relpath(folder, '/tmp')}".encode()
-            _check(_libc.mount(source, folder.encode(), None, MS_BIND | MS_REC, None), f"mount(--bind {folder})")
-    finally:
-        os.close(machine_tmp)
-
-
-def code_folders() -> list[str]:
-    """Where this server imports from: Python's prefixes, every folder on sys.path, the course."""
-    from graders.course import REPO
-
-    return [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-            str(REPO), *(p or os.getcwd() for p in sys.path)]
-
-
-def _under_tmp(folders: list[str]) -> list[str]:
-    """The existing folders of `folders` strictly under /tmp (resolved), none inside another."""
-    tmp = os.path.realpath("/tmp")
-    found = sorted({os.path.realpath(f) for f in folders if os.path.isdir(f)})
-    under = [f for f in found if f.startswith(tmp + os.sep)]
-    return [f for f in under if not any(f.startswith(other + os.sep) for other in under)]
 
 
 @dataclass

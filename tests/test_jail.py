@@ -422,7 +422,7 @@ def test_a_course_under_tmp_keeps_its_code_in_the_servers_tmp(tmp_path):
         (clone / "site").mkdir()
         (clone / "site" / "course_code_under_tmp.py").write_text("VALUE = 42\n")
         script = (f"import json, os, sys; sys.path.append({str(clone / 'site')!r})\n"
-                  "from graders import warm_kernel; warm_kernel._private_tmp()\n"
+                  "from graders import private_tmp; private_tmp.private_tmp()\n"
                   "import course_code_under_tmp\n"
                   f"print(json.dumps([course_code_under_tmp.VALUE, os.path.exists({str(other)!r}), os.listdir('/tmp')]))")
         ran = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -15,7 +15,7 @@ MAX_LINES = 330
 def _documented_order() -> list[str]:
     page = (REPO / "website" / "pages" / "development.md").read_text()
     block = page.split("### A submission's way through graders/")[1].split("```")[1]
-    return [m.group(1) for m in re.finditer(r"^(\w+)\.py\s", block, re.M)] + ["nbgrader_config"]
+    return [m.group(1) for m in re.finditer(r"^(\w+)\.py\s", block, re.M)] + ["nbgrader_config", "jupyter_server_config"]
 
 
 def _imports(path: Path) -> set[str]:
