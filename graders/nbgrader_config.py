@@ -21,6 +21,7 @@ from graders.execute import CheckCanaries, CrashSafeExecute, JoinHiddenParts, Pr
 from graders.gate import GradingPipelineOnly, refuse_autograde_app, refuse_outside_the_pipeline  # noqa: E402
 from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
 from graders.release import LetRunAllGoOn  # noqa: E402
+from graders.words import ENGLISH, unsolved_stub  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
@@ -40,6 +41,10 @@ c.CourseDirectory.feedback_directory = "feedback"
 from nbgrader.converters import GenerateAssignment  # noqa: E402
 
 c.GenerateAssignment.preprocessors = GenerateAssignment.class_traits()["preprocessors"].default() + [LetRunAllGoOn]
+
+# An unsolved exercise says so when it runs (nbgrader's stub raises an empty NotImplementedError); the Turkish
+# edition's stub says it in Turkish (i18n/catalog.py translates it from i18n/tr/feedback.po).
+c.ClearSolutions.code_stub = {"python": unsolved_stub(ENGLISH["unsolved"])}
 
 # A student who deletes a test cell gets it back from the gradebook instead of escaping it.
 c.OverwriteCells.add_missing_cells = True

@@ -122,7 +122,7 @@ class Recorder:
         os.replace(partial, folder / f"{task.lesson}.ipynb")
 
     def _save_scores(self, task: Task, notebook, verdict: dict) -> None:
-        from nbgrader.api import Gradebook
+        from nbgrader.api import Gradebook, MissingEntry
         from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
 
         timestamp = self.coursedir.get_existing_timestamp(str(self.root / "submitted" / task.student / task.lesson))
@@ -131,7 +131,10 @@ class Recorder:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", module="nbgrader.api")  # SQLAlchemy's autoflush notes on nbgrader's code
             with Gradebook(self.db_url, self.coursedir.course_id) as gb:
-                gb.update_or_create_student(task.student)
+                try:
+                    gb.find_student(task.student)  # a roster's names are kept
+                except MissingEntry:  # the formgrader shows "None, None" for a student without names
+                    gb.add_student(task.student, last_name=task.student, first_name="")
                 gb.update_or_create_submission(task.lesson, task.student, **({"timestamp": timestamp} if timestamp else {}))
             for step in (SaveAutoGrades, AssignLatePenalties):
                 step(config=self.config).preprocess(notebook, resources)
@@ -156,8 +159,8 @@ class Recorder:
         page = self.root / "feedback" / task.student / task.lesson / f"{task.lesson}.html"
         if proc.returncode != 0 or not page.is_file():
             return False
-        if lang != "en":  # the template's own words too (the cells' verdicts are in lang already: redact.py)
-            page.write_text(redact.in_language(page.read_text(encoding="utf-8"), lang), encoding="utf-8")
+        # the template's own words in lang too (the cells' verdicts are in lang already: redact.py)
+        page.write_text(redact.finished(page.read_text(encoding="utf-8"), lang), encoding="utf-8")
         return True
 
     def close(self) -> None:

@@ -13,6 +13,8 @@
   attribute dropped. Math stays as text for the page's MathJax (loaded with its Safe extension).
 """
 
+import ast
+import builtins
 import html
 import json
 import os
@@ -27,6 +29,8 @@ from graders.words import ENGLISH, FRAME
 from i18n.catalog import LANGUAGES, words
 
 NOTICE = ENGLISH["notice"]
+# Printed lines (a verdict among them) wrap at the page's width instead of making it scroll sideways.
+WRAP_CSS = "<style>.output_stream pre, .output_error pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style>"
 SAFE_DATA = ("text/plain", "image/png", "image/jpeg")
 BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
@@ -56,6 +60,11 @@ def edition(nb) -> str:
     """The submission's language: the edition its notebook says it is (i18n.catalog.LANGUAGES), else English."""
     lang = nb.get("metadata", {}).get("course_edition")
     return lang if isinstance(lang, str) and lang in LANGUAGES else "en"
+
+
+def finished(page: str, lang: str) -> str:
+    """A rendered feedback page as the student gets it: in `lang`, its printed lines wrapped."""
+    return in_language(page, lang).replace("</head>", WRAP_CSS + "\n</head>", 1)
 
 
 def in_language(page: str, lang: str) -> str:
@@ -98,11 +107,42 @@ def verdict_line(cell, said: dict = ENGLISH) -> str:
     if not errored and judged["passed"]:
         return said["passed"].format(label=label) + " " + said["notice"]
     if errored:
-        why = said["errored"]
+        shown = visible_error(cell, said)
+        why = said["errored_with"].format(error=shown) if shown else said["errored"]
     else:
         message = str(judged.get("message", ""))
         why = said["found"].format(message=message) if _shows_no_data(message) else said["problem"]
     return said["failed"].format(label=label, why=why) + " " + said["notice"]
+
+
+def visible_error(cell, said: dict = ENGLISH) -> str:
+    """What the cell's error says, where nothing in it can be the student code's choice: a built-in exception's
+    name, and the message of the visible check (or of the unsolved stub) that raised it as the source writes it,
+    its placeholders shown as "…". Anything else a kernel reports (it may carry a hidden test) is left out."""
+    error = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+    ename = str((error or {}).get("ename", ""))
+    if not isinstance(getattr(builtins, ename, None), type) or not issubclass(getattr(builtins, ename), BaseException):
+        return ""
+    evalue = str(error.get("evalue", ""))
+    for message in [*_check_messages(cell.source), [said["unsolved"]], [ENGLISH["unsolved"]]]:
+        if re.fullmatch("".join(".*?" if part is None else re.escape(part) for part in message), evalue, re.S):
+            return f"{ename}: " + "".join("…" if part is None else part for part in message)
+    return ename
+
+
+def _check_messages(source: str) -> list[list]:
+    """The messages of the visible asserts in `source`: their constant parts, None for each placeholder."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    messages = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert) and isinstance(node.msg, ast.Constant) and isinstance(node.msg.value, str):
+            messages.append([node.msg.value])
+        elif isinstance(node, ast.Assert) and isinstance(node.msg, ast.JoinedStr):
+            messages.append([v.value if isinstance(v, ast.Constant) else None for v in node.msg.values])
+    return messages
 
 
 def _shows_no_data(message: str) -> bool:

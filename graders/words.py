@@ -11,6 +11,9 @@ ENGLISH = {
     "passed": "✓ {label}: The tests in this cell passed.",
     "failed": "✗ {label}: A test in this cell failed: {why}",
     "errored": "the cell stopped with an error (run it to see the visible checks' message).",
+    "errored_with": "the cell stopped with {error}",
+    # the stub of an unsolved exercise in a released notebook (nbgrader's ClearSolutions), in its language
+    "unsolved": "not solved yet: write your answer in place of this line, then run this cell and its check",
     "found": "the hidden tests found this: {message}",
     "problem": "the hidden tests found a problem.",
     # nbgrader's feedback template, phrase by phrase as it writes them
@@ -25,3 +28,8 @@ ENGLISH = {
     "frame_top": ">(Top)<",
 }
 FRAME = tuple(key for key in ENGLISH if key.startswith("frame_"))
+
+
+def unsolved_stub(message: str) -> str:
+    """The code that stands for a solution in a released notebook: it raises with `message` (words' "unsolved")."""
+    return f"# YOUR CODE HERE\nraise NotImplementedError({message!r})"

@@ -18,4 +18,4 @@ from .ddp_reference import (  # noqa: F401
     ring_allreduce_bytes, same_state, shard_indices)
 from .ddp_workers import (  # noqa: F401
     accumulation_worker, allreduce_demo, checkpoint_worker, count_allreduces, hello, hello_spawn, loader_steps_worker,
-    manual_average_worker, observed_worker, recording_writes, train_worker, uneven_worker, wrap)
+    manual_average_worker, observed_worker, recording_writes, spawned_stderr, train_worker, uneven_worker, wrap)

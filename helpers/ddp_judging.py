@@ -191,8 +191,14 @@ def checkpoint_failure(error: BaseException) -> str:
     elif "imed out" in line:
         hint = "a rank waited for a partner that never came (a barrier that not every rank reaches?)"
     else:
-        hint = "see the error"
+        hint = raised_where(error) or "its traceback names no line of your code"
     return f"rank {rank} failed: {line} ({hint})"
+
+
+def raised_where(error: BaseException) -> str:
+    """Where a failed rank raised: the last frame of its traceback, as "raised in FUNCTION: CODE" ("" if none)."""
+    frames = re.findall(r'File "[^"]*", line \d+, in (\S+)\n[ \t]+(\S[^\n]*)', getattr(error, "details", ""))
+    return f"raised in {frames[-1][0]}: {frames[-1][1].strip()}" if frames else ""
 
 
 # ---- a complete DDP worker -----------------------------------------------------------------------

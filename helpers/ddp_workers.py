@@ -7,8 +7,11 @@ start it too. What a worker's result must equal is in helpers.ddp_reference.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 
@@ -74,6 +77,39 @@ def hello_spawn(rank: int, world_size: int, folder: str) -> None:
     """For torch.multiprocessing.spawn (which passes the rank first): leave a note in `folder`."""
     with open(os.path.join(folder, f"rank{rank}.txt"), "w") as f:
         f.write(f"rank {rank} of {world_size}, process {os.getpid()}")
+
+
+class SpawnedStderr:
+    """What processes started inside `spawned_stderr()` wrote to stderr."""
+
+    def __init__(self):
+        self.text = ""
+
+    def errors(self) -> list[str]:
+        """Each exception line they wrote (`Name: message`), once."""
+        found = re.findall(r"^([A-Za-z_][\w.]*(?:Error|Exception): .*)$", self.text, re.M)
+        return list(dict.fromkeys(found))
+
+
+@contextmanager
+def spawned_stderr():
+    """Keep what the processes started in the block write to stderr (mp.spawn's children inherit file descriptor 2)
+    instead of showing it, and mp.spawn's warning that it stops the other children: a failure the lesson expects
+    then reads as one line, not as a crash."""
+    captured = SpawnedStderr()
+    saved, spawn_log = os.dup(2), logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_log.level
+    with tempfile.TemporaryFile() as kept:
+        os.dup2(kept.fileno(), 2)
+        spawn_log.setLevel(logging.ERROR)
+        try:
+            yield captured
+        finally:
+            spawn_log.setLevel(level)
+            os.dup2(saved, 2)
+            os.close(saved)
+            kept.seek(0)
+            captured.text = kept.read().decode(errors="replace")
 
 
 def allreduce_demo(rank: int, world_size: int) -> dict:

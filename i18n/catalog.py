@@ -140,6 +140,8 @@ def literals(source: str) -> list[tuple[int, int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assert) and node.msg is not None:
             candidates = [node.msg]
+        elif _is_unsolved_stub(node):
+            candidates = node.exc.args
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
             candidates = node.args
         else:
@@ -154,6 +156,12 @@ def literals(source: str) -> list[tuple[int, int, str]]:
             if WORD.search(_outside_placeholders(value)):
                 found.append((start, end, text))
     return sorted(found)
+
+
+def _is_unsolved_stub(node) -> bool:
+    """`raise NotImplementedError("...")`: the released stub of an unsolved exercise (graders/words.py)."""
+    return (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name)
+            and node.exc.func.id == "NotImplementedError" and len(node.exc.args) == 1)
 
 
 def _offset(code: str, starts: list[int], lineno: int, col: int) -> int:
@@ -272,10 +280,16 @@ def translate(nb, lang: str, lesson: str, strict: bool = True):
     """The notebook in `lang`: every markdown cell replaced by its translation (KeyError if one is missing);
     code cells and all metadata unchanged, the edition's language in the notebook's metadata. Not `strict`: a text
     without a current translation stays English (as gettext does)."""
+    from graders.words import ENGLISH
+
     catalog = read(lang, lesson)
     out = copy.deepcopy(nb)
 
+    stub = repr(ENGLISH["unsolved"])
+
     def translated(cell_id: str, english: str) -> str:
+        if english == stub:  # the released stub (graders/words.py), not a lesson's own text
+            return repr(words(lang)["unsolved"])
         try:
             return _translation(catalog, cell_id, english, lang, lesson)
         except (KeyError, ValueError):

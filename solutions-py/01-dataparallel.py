@@ -206,7 +206,7 @@ with dp.chunk_forbidden():  # torch.chunk, Tensor.chunk and the helpers raise in
     uneven = my_split_sizes(10, 3)
 assert type(result) is list and all(type(v) is int for v in result), "return a list of ints"
 assert result == [32, 32], f"64 rows over 2 devices should be [32, 32], got {result}"
-assert uneven == [4, 4, 2], "10 over 3: each piece gets ceil(10/3) = 4 rows, the last what is left"
+assert uneven == [4, 4, 2], f"10 rows over 3 devices should be [4, 4, 2] (each piece gets ceil(10/3) = 4 rows, the last what is left), got {uneven}"
 print("✓ my_split_sizes passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
 _cases = [(n, k) for n in range(1, 97) for k in range(1, 13)]

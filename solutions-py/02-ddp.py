@@ -163,11 +163,14 @@ assert all(r["after"] == sum(q["before"] for q in results) for r in results), "a
 def notebook_worker(rank):
     print("hello from", rank)
 
-try:
-    mp.spawn(notebook_worker, nprocs=2)
-except Exception as error:  # the children died; their own error is printed above
-    spawn_error = error
-    print(f"{type(error).__name__}: {error}")
+with ddp.spawned_stderr() as children:  # keeps the children's tracebacks: this failure is the one we expect
+    try:
+        mp.spawn(notebook_worker, nprocs=2)
+    except Exception as error:
+        spawn_error = error
+print(f"mp.spawn failed, as expected: {type(spawn_error).__name__}: {spawn_error}")
+for line in children.errors():
+    print("what the children said:", line)
 assert isinstance(spawn_error, mp.ProcessExitedException), "mp.spawn should have failed: it cannot import a function defined in the notebook"  # the children exited before running anything
 
 # %% [markdown]

@@ -123,6 +123,14 @@ def test_checkpoint_writers_and_early_readers_are_caught(tmp_path):
     assert "before rank 0 had finished writing" in ddp.checkpoint_failure(failed.value)
 
 
+def test_a_checkpoint_failure_names_where_the_rank_raised():
+    """Not "(see the error)": the check raises without the rank's traceback, so its message says where."""
+    failed = launch.WorkerFailed(1, 'Traceback (most recent call last):\n  File "/tmp/ipykernel_1/2.py", line 4, in '
+                                    'save_checkpoint\n    torch.save(state, path + 1)\nTypeError: can only concatenate')
+    assert ddp.checkpoint_failure(failed) == ("rank 1 failed: TypeError: can only concatenate (raised in save_checkpoint: "
+                                              "torch.save(state, path + 1))")
+
+
 def test_recording_writes_sees_every_spelling_of_a_write(tmp_path):
     path = str(tmp_path / "w.pt")
     for write in (lambda: torch.save({}, path), lambda: open(path, "ab").close(),
@@ -436,3 +444,13 @@ def test_observed_worker_problem_names_the_epoch_mistakes_from_the_records_alone
     for wrong in (records([3, 5]), [{**records([3, 5])[0], "left_group": 1}] * 2, [{**records([3, 5])[0], "extra": 0}] * 2):
         assert "each of the 2 ranks" in ddp.observed_worker_problem(wrong, cfg, 2)
 
+
+
+def test_spawned_stderr_keeps_the_childrens_tracebacks_and_names_their_errors(capfd):
+    import subprocess
+    import sys
+
+    with ddp.spawned_stderr() as children:
+        subprocess.run([sys.executable, "-c", "raise AttributeError(\"Can't get attribute 'f' on <module '__main__'>\")"])
+    assert children.errors() == ["AttributeError: Can't get attribute 'f' on <module '__main__'>"]
+    assert "Traceback" in children.text and "Traceback" not in capfd.readouterr().err

@@ -193,3 +193,37 @@ def test_a_missing_attachment_shows_the_cell_as_text():
     assert "![gone](attachment:gone.png)" in page.get_text()
     assert not [u for u in _urls(page) if "javascript" in u[2].lower()]
 
+
+
+def _failed_check(source: str, ename: str, evalue: str):
+    cell = new_code_cell(source + "\n### BEGIN HIDDEN TESTS\nassert secret_case == 1\n### END HIDDEN TESTS",
+                         outputs=[new_output("error", ename=ename, evalue=evalue, traceback=[evalue])])
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": "ex_tests", "points": 2, "score": 0.0, "solution": False,
+                                 "locked": True, "schema_version": 3}
+    return feedback_page(new_notebook(cells=[cell], metadata=PYTHON)).get_text()
+
+
+def test_a_failed_visible_check_shows_its_message_as_the_source_writes_it_and_nothing_the_kernel_chose():
+    """The visible check's message, placeholders elided (they could carry what a student's code captured of a hidden
+    test); a built-in exception's name; the unsolved stub's words. A kernel's own text, or a made-up class, never."""
+    from graders.words import ENGLISH
+
+    shown = " ".join(_failed_check('assert got == 3, "answer all five questions"', "AssertionError",
+                                   "answer all five questions").split())
+    assert "the cell stopped with AssertionError: answer all five questions" in shown, shown
+    shown = " ".join(_failed_check('assert got == 3, f"split_sizes(10, 4) returned {got}, not {want}"',
+                                   "AssertionError", "split_sizes(10, 4) returned SECRET-42, not [3]").split())
+    assert "AssertionError: split_sizes(10, 4) returned …, not …" in shown and "SECRET" not in shown, shown
+    shown = " ".join(_failed_check("check(got)", "NotImplementedError", ENGLISH["unsolved"]).split())
+    assert f"NotImplementedError: {ENGLISH['unsolved']}" in shown, shown
+    shown = " ".join(_failed_check('assert got == 3, "a message"', "AssertionError", "SECRET kernel text").split())
+    assert "stopped with AssertionError " in shown + " " and "SECRET" not in shown, shown
+    shown = " ".join(_failed_check('assert got == 3, "a message"', "Leak_SECRET", "a message").split())
+    assert "run it to see the visible checks' message" in shown and "SECRET" not in shown, shown
+
+
+def test_printed_lines_wrap_on_the_page():
+    from graders import redact
+
+    page = redact.finished("<html><head><title>x</title></head><body><pre>long</pre></body></html>", "en")
+    assert "white-space: pre-wrap" in page and page.index("pre-wrap") < page.index("</head>")

@@ -173,6 +173,8 @@ def test_the_formgraders_autograde_button_grades_as_make_grade_and_never_loses_a
                 state = page.request.get(f"{base}/formgrader/api/submission/{LESSON}/{STUDENT}").json()
                 assert state["autograded"] is True and state["score"] == state["max_score"] > 0, state
                 assert _recorded(root) == expected
+                page.reload()
+                expect(submission.locator("td.student-name")).to_have_text(f"{STUDENT}, ")  # not "None, None"
 
                 # A grading that fails (the notebook is no longer readable) keeps the grade.
                 (root / "submitted" / STUDENT / LESSON / f"{LESSON}.ipynb").write_text("not a notebook")

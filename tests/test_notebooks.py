@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from graders import course, release
+from graders.words import ENGLISH, unsolved_stub
 
 REPO = Path(__file__).resolve().parent.parent
 LESSONS = course.lessons(REPO)
@@ -106,7 +107,8 @@ def test_released_notebooks_leak_nothing(lesson):
     for line in secret:
         assert line not in released_lines, f"released notebook contains solution or hidden-test text: {line!r}"
     stubs = [c for c in released.cells if _nbgrader(c).get("solution")]
-    assert stubs and all("raise NotImplementedError()" in c.source for c in stubs)
+    stub = unsolved_stub(ENGLISH["unsolved"]).splitlines()[-1]  # says what to do, not an empty NotImplementedError
+    assert stubs and all(stub in c.source for c in stubs)
     assert all(not c.get("outputs") for c in released.cells if c.cell_type == "code")
 
 
