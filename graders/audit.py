@@ -33,9 +33,15 @@ REFERENCES = {
     "helpers.grading": {"reference", "outcome", "encode", "dumps", "collect", "kernel_changes"},
 }
 # Functions an exercise asks the student to do without (by the grade id of its solution cell).
+# Lesson 3's hidden tests read torch's autocast state as the evidence of the device autocast was entered for: its
+# setters would write that evidence by hand (torch.autocast, the exercises' tool, sets it for them).
+AUTOCAST_SETTERS = {"set_autocast_enabled", "set_autocast_dtype", "set_autocast_cpu_enabled", "set_autocast_cpu_dtype",
+                    "set_autocast_gpu_dtype", "set_autocast_xla_enabled", "set_autocast_xla_dtype"}
 FORBIDDEN_IN = {
     "split_sizes": {"chunk", "tensor_split", "array_split", "split_sizes", "split_indices"},
     "shard": {"DistributedSampler"},
+    "activation_ratio": AUTOCAST_SETTERS,
+    "amp_step": AUTOCAST_SETTERS,
 }
 DYNAMIC_CALLS = {"eval", "exec", "compile", "globals", "locals", "vars", "breakpoint", "delattr", "setattr"}
 NAME_CALLS = {"getattr", "hasattr"}  # fine with a literal public name

@@ -17,6 +17,7 @@ os.environ.setdefault("USE_TORCH_XLA", "1" if tpu_present() else "0")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
+from accelerate.utils.environment import str_to_bool  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from . import data, ddp, fresh as _fresh, launch as _launch  # noqa: E402
@@ -196,14 +197,19 @@ def _steers_device(name: str) -> bool:
                                                          and "FILE" not in name)
 
 
-# Accelerate's flags (accelerate.utils.environment.str_to_bool, which lowercases the value and refuses anything else)
-TRUE_FLAGS = ("y", "yes", "t", "true", "on", "1")
-FALSE_FLAGS = ("n", "no", "f", "false", "off", "0")
+def _accelerate_reads(value: str, flag: bool) -> bool:
+    """Whether Accelerate reads the variable's `value` as `flag`, with its own parser (it refuses what it cannot read)."""
+    try:
+        return str_to_bool(value) == flag
+    except ValueError:
+        return False
+
+
 # The variables known to leave Accelerator(cpu=True) on a TPU, with the values that do: torch_xla imported by
-# Accelerate (its default), PJRT's TPU runtime (what torch_xla picks by itself where libtpu and a chip are), and the
-# CPU not forced.
-TPU_SAFE_ENV = {"USE_TORCH_XLA": lambda v: v.lower() in TRUE_FLAGS, "PJRT_DEVICE": lambda v: v == "TPU",
-                "ACCELERATE_USE_CPU": lambda v: v.lower() in FALSE_FLAGS}
+# Accelerate (its default), PJRT's TPU runtime (what torch_xla picks by itself where libtpu and a chip are; torch_xla
+# compares the name as written), and the CPU not forced.
+TPU_SAFE_ENV = {"USE_TORCH_XLA": lambda v: _accelerate_reads(v, True), "PJRT_DEVICE": lambda v: v == "TPU",
+                "ACCELERATE_USE_CPU": lambda v: _accelerate_reads(v, False)}
 
 
 def tpu_env_problem(env: dict) -> str | None:

@@ -24,6 +24,47 @@ def device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+# The device a batch says it is on in the hidden tests (`elsewhere`): autocast for it can be entered on any machine.
+SIMULATED_DEVICE = "xla"
+WATCHED = ("cpu", SIMULATED_DEVICE)  # the device types autocast_state reports
+
+
+class _Elsewhere(torch.Tensor):
+    """A CPU tensor whose `.device` says SIMULATED_DEVICE; whatever is computed from it is a plain CPU tensor."""
+
+    @property
+    def device(self):
+        return torch.device(SIMULATED_DEVICE)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+def elsewhere(x: torch.Tensor) -> torch.Tensor:
+    """`x`, still computed on the CPU, but saying it is on SIMULATED_DEVICE (`x.device.type`). Code that takes its
+    autocast device from the batch enters autocast for that device there; code that names "cpu" enters it for the
+    CPU: `autocast_state`, read inside the forward, tells which, on a machine without such a device. (Autocast for
+    SIMULATED_DEVICE changes nothing computed on the CPU: what comes out is fp32.)"""
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+        raise ValueError(f"x must be a tensor on the CPU, got {x!r:.60}")
+    return x.as_subclass(_Elsewhere)
+
+
+def autocast_state() -> dict:
+    """torch's own autocast state now, for each device type of WATCHED: its autocast dtype, or None where it is off."""
+    return {d: torch.get_autocast_dtype(d) if torch.is_autocast_enabled(d) else None for d in WATCHED}
+
+
+def autocast_on(device_type: str | None, dtype: torch.dtype | None = None) -> dict:
+    """The autocast_state() under `torch.autocast(device_type, dtype=dtype)` alone (None: outside any autocast)."""
+    if device_type is not None:
+        one_of("device_type", device_type, set(WATCHED))
+        low_precision_dtype("dtype", dtype, allow_none=False)
+    return {d: dtype if d == device_type else None for d in WATCHED}
+
+
 def format_table() -> list[dict]:
     """Bits, range and precision of fp32, fp16 and bf16, read from torch.finfo."""
     rows = []

@@ -8,10 +8,14 @@ launchers fork, which is only safe from a process that has not yet run a multi-t
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import json
 import os
 import tempfile
+import warnings
+from unittest import mock
 
 import torch
 from torch.utils.data import DataLoader
@@ -101,3 +105,62 @@ def _fit_and_report(n_samples, batch_size, shuffle, kwargs) -> list[dict]:
         loader = DataLoader(data.indexed(n_samples), batch_size=batch_size, shuffle=shuffle)
         trainer.fit(_regression()(folder), loader)
         return [json.load(open(os.path.join(folder, name))) for name in sorted(os.listdir(folder))]
+
+
+# The Trainer arguments that choose the hardware and the precision: what `trainer_on_tpu` reads.
+DEVICE_ARGS = ("accelerator", "devices", "strategy", "precision", "num_nodes")
+# Lightning's modules that refuse to build XLA objects without torch_xla (Lightning's own tests patch these).
+_XLA_GATED = ("lightning.fabric.accelerators.xla", "lightning.fabric.plugins.environments.xla",
+              "lightning.fabric.plugins.io.xla", "lightning.fabric.plugins.precision.xla",
+              "lightning.fabric.strategies.launchers.xla", "lightning.pytorch.plugins.precision.xla",
+              "lightning.pytorch.strategies.launchers.xla", "lightning.pytorch.strategies.single_xla",
+              "lightning.pytorch.strategies.xla")
+
+
+def trainer_on_tpu(kwargs: dict, tpu_devices: int = 8) -> dict:
+    """What Lightning makes of `Trainer(**kwargs)` (the DEVICE_ARGS only) on a machine with a TPU of `tpu_devices`
+    devices and no GPU: the accelerator, the strategy and its settings, the precision, the devices and the nodes that
+    Lightning's own connector builds from them, or {"error": ...}, what it raises. The machine is simulated, as
+    Lightning's tests simulate a TPU: no TPU is needed, torch_xla is not imported, nothing of it outlasts the call.
+    Two spellings of one configuration give the same dict."""
+    if not isinstance(kwargs, dict) or not set(kwargs) <= set(DEVICE_ARGS):
+        raise ValueError(f"kwargs must be a dict of some of {DEVICE_ARGS}, got {kwargs!r}")
+    positive_int("tpu_devices", tpu_devices)
+    from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+
+    try:
+        with _simulated_tpu(tpu_devices), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            connector = _AcceleratorConnector(**kwargs)
+    except Exception as error:  # noqa: BLE001 - Lightning refuses the configuration: that is what it makes of it
+        return {"error": f"{type(error).__name__}: {error}"}
+    strategy = connector.strategy
+    devices = getattr(strategy, "parallel_devices", None) or [strategy.root_device]
+    return {"accelerator": type(connector.accelerator).__name__, "strategy": type(strategy).__name__,
+            "settings": {k: v for k, v in vars(strategy).items() if v is None or type(v) in (bool, int, float, str)},
+            "precision": connector.precision_plugin.precision, "devices": [str(d) for d in devices],
+            "num_nodes": getattr(strategy, "num_nodes", 1)}
+
+
+@contextlib.contextmanager
+def _simulated_tpu(devices: int):
+    from lightning.fabric.accelerators.xla import XLAAccelerator  # Lightning's TPU accelerator inherits its probes
+    from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
+    from lightning.pytorch.strategies import SingleDeviceStrategy, SingleDeviceXLAStrategy
+
+    def single_xla(self, device, accelerator=None, checkpoint_io=None, precision_plugin=None, debug=False):
+        # torch_xla's device for `device`, without torch_xla: the torch.device("xla", i) Lightning hands it
+        SingleDeviceStrategy.__init__(self, device=device, accelerator=accelerator, checkpoint_io=checkpoint_io,
+                                      precision_plugin=precision_plugin)
+        self.debug = debug
+
+    with contextlib.ExitStack() as stack:
+        for name in _XLA_GATED:
+            stack.enter_context(mock.patch.object(importlib.import_module(name), "_XLA_AVAILABLE", True))
+        stack.enter_context(mock.patch("lightning.fabric.accelerators.xla._using_pjrt", lambda: True))
+        for accelerator, available in ((XLAAccelerator, True), (CUDAAccelerator, False), (MPSAccelerator, False)):
+            stack.enter_context(mock.patch.object(accelerator, "is_available", staticmethod(lambda a=available: a)))
+        stack.enter_context(mock.patch.object(XLAAccelerator, "auto_device_count", staticmethod(lambda: devices)))
+        stack.enter_context(mock.patch.object(SingleDeviceXLAStrategy, "__init__", single_xla))
+        stack.enter_context(mock.patch.dict(os.environ))  # XLA precisions set XLA_USE_BF16 and the like
+        yield

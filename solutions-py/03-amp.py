@@ -429,15 +429,36 @@ _cases = [(models.MLP(32, 64, 4), torch.randn(512, 32)), (models.MLP(32, 64, 4),
           (models.SmallCNN(3, 5, width=8, size=16), torch.randn(4, 3, 16, 16)), (models.MLP(8, 128, 8, depth=4), torch.randn(64, 8))]
 _dtypes = (torch.bfloat16, torch.float16)
 # [collect]
-_got = grading.collect("activation_ratio_tests", [[activation_ratio(_net, _x, _dt) for _dt in _dtypes] for _net, _x in _cases])
+def _autocast_elsewhere(net, x, dtype):  # x said to be on another device: torch's autocast state at each layer's forward
+    seen = []
+    hooks = [m.register_forward_pre_hook(lambda module, args: seen.append(amp.autocast_state())) for m in net.modules()
+             if not list(m.children())]
+    try:
+        activation_ratio(net, amp.elsewhere(x), dtype)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+_got = grading.collect("activation_ratio_tests", {
+    "ratios": [[activation_ratio(_net, _x, _dt) for _dt in _dtypes] for _net, _x in _cases],
+    "elsewhere": [_autocast_elsewhere(*_cases[0], _dt) for _dt in _dtypes]})
 # [judge]
-assert type(_got) is list and len(_got) == len(_cases), "one answer per hidden case"
-for (_net, _x), _ratios in zip(_cases, _got):
+assert compare.is_record(_got, {"ratios": list, "elsewhere": list}), "the collected results are incomplete"
+assert len(_got["ratios"]) == len(_cases), "one answer per hidden case"
+for (_net, _x), _ratios in zip(_cases, _got["ratios"]):
     assert type(_ratios) is list and len(_ratios) == len(_dtypes), "one ratio per dtype"
     for _dt, _r in zip(_dtypes, _ratios):
         assert type(_r) is float, f"return the ratio as a float, not {type(_r).__name__}"
         _expected = amp.saved_activation_bytes(_net, _x, _dt) / amp.saved_activation_bytes(_net, _x)
         assert abs(_r - _expected) < 1e-9, "not the ratio of the saved storages' bytes"
+# with x on another device (simulated: amp.elsewhere), one forward under that device's autocast, one without any
+assert len(_got["elsewhere"]) == len(_dtypes), "one answer per dtype"
+for _dt, _seen in zip(_dtypes, _got["elsewhere"]):
+    _on, _off = amp.autocast_on(amp.SIMULATED_DEVICE, _dt), amp.autocast_on(None)
+    assert type(_seen) is list and all(compare.same_values(_s, _on) or compare.same_values(_s, _off) for _s in _seen) and (
+        _on in _seen and _off in _seen), f"with x on another device ({amp.SIMULATED_DEVICE}), autocast was not entered for x.device.type (a device type written in the code?)"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -589,9 +610,10 @@ class _Saved:
 
 
 def _watch(model):
-    """Record, for each forward of `model`: the rows it saw, the dtype each Linear computed in, and how many
-    tensors saved by earlier forwards were still alive when it started (enter the returned context)."""
-    seen, live = {"rows": [], "dtypes": [], "alive": []}, weakref.WeakSet()
+    """Record, for each forward of `model`: the rows it saw, the dtype each Linear computed in, how many tensors
+    saved by earlier forwards were still alive when it started, and torch's autocast state in it (enter the returned
+    context)."""
+    seen, live = {"rows": [], "dtypes": [], "alive": [], "autocast": []}, weakref.WeakSet()
 
     def pack(t):
         saved = _Saved()
@@ -602,6 +624,7 @@ def _watch(model):
     def before(mod, args):
         seen["rows"].append(args[0].shape[0])
         seen["alive"].append(len(live))
+        seen["autocast"].append(amp.autocast_state())
 
     hooks = [model.register_forward_pre_hook(before)]
     hooks += [m.register_forward_hook(lambda mod, args, out: seen["dtypes"].append(out.dtype)) for m in model.modules()
@@ -609,13 +632,15 @@ def _watch(model):
     return seen, hooks, torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved.tensor)
 
 
-def _student_steps(k, rows, max_norm, steps=5, seed=0, lr=0.05, bad=(), init_scale=2.0**16, growth_interval=2000):
+def _student_steps(k, rows, max_norm, steps=5, seed=0, lr=0.05, bad=(), init_scale=2.0**16, growth_interval=2000,
+                   elsewhere=False):
     """Step a model with amp_accumulation_step on k micro-batches of `rows` rows (amp.accumulation_batches), every step
     from the weights the reference run started it from (amp.accumulation_reference: helpers.training.step, with fp16
     autocast, GradScaler and clipping after unscale_, on the same micro-batches concatenated). bad = {step: micro-batch}:
-    that micro-batch holds an inf, so the step's gradients are not finite and it must be skipped. Returns, per step:
-    the loss returned, the rows each forward saw, the dtype each Linear computed in, how many tensors saved by earlier
-    forwards were alive at each forward, the scale after the step, and how the weights moved."""
+    that micro-batch holds an inf, so the step's gradients are not finite and it must be skipped. elsewhere=True: the
+    micro-batches' x say they are on another device (amp.elsewhere). Returns, per step: the loss returned, the rows
+    each forward saw, the dtype each Linear computed in, how many tensors saved by earlier forwards were alive at each
+    forward, the autocast state in each forward, the scale after the step, and how the weights moved."""
     starts = [s["start"] for s in amp.accumulation_reference(k, rows, max_norm, steps, seed, lr, bad, init_scale, growth_interval)]
     mine = models.seeded(models.MLP, seed, in_features=16, hidden=32, out_features=2)
     optimizer = torch.optim.SGD(mine.parameters(), lr=lr)
@@ -629,11 +654,14 @@ def _student_steps(k, rows, max_norm, steps=5, seed=0, lr=0.05, bad=(), init_sca
             before = [p.detach().clone() for p in mine.parameters()]
             for v in seen.values():
                 v.clear()
+            if elsewhere:
+                micro = [(amp.elsewhere(x), y) for x, y in micro]
             with saved_hooks:
                 loss = amp_accumulation_step(mine, optimizer, scaler, micro, F.mse_loss, max_norm)
             moved = torch.cat([(a.detach() - b).flatten() for a, b in zip(mine.parameters(), before)])
             records.append({"loss": loss, "rows": list(seen["rows"]), "dtypes": list(seen["dtypes"]),
-                            "alive": list(seen["alive"]), "scale": scaler.get_scale(), "moved": moved})
+                            "alive": list(seen["alive"]), "autocast": list(seen["autocast"]), "scale": scaler.get_scale(),
+                            "moved": moved})
     finally:
         for h in hooks:
             h.remove()
@@ -670,15 +698,18 @@ for _k, _rows, _norm, _seed, _bad, _interval in [(1, 32, 100.0, 1, {2: 0}, 2000)
                                                  (5, 6, 100.0, 5, {}, 1)]:
     _cases.append(dict(k=_k, rows=_rows, max_norm=_norm, seed=_seed, steps=6, bad=_bad, init_scale=2.0**10, growth_interval=_interval))
 _cases.append(dict(k=4, rows=8, max_norm=100.0, seed=6, steps=4, init_scale=1.0))  # scale 1: stale gradients weigh as much as new ones
+_elsewhere = dict(k=3, rows=4, max_norm=1.0, seed=7, steps=2)  # with micro-batches said to be on another device
 # [collect]
-_got = grading.collect("amp_step_tests", [_student_steps(**_case) for _case in _cases])
+_got = grading.collect("amp_step_tests", {"cases": [_student_steps(**_case) for _case in _cases],
+                                          "elsewhere": _student_steps(**_elsewhere, elsewhere=True)})
 # [judge]
 import math
 
 _linears = sum(isinstance(m, nn.Linear) for m in models.MLP(in_features=16, hidden=32, out_features=2).modules())
-_fields = {"loss": None, "rows": list, "dtypes": list, "alive": list, "scale": None, "moved": None}
-assert type(_got) is list and len(_got) == len(_cases), "one answer per hidden case"
-for _case, _steps in zip(_cases, _got):
+_fields = {"loss": None, "rows": list, "dtypes": list, "alive": list, "autocast": list, "scale": None, "moved": None}
+assert compare.is_record(_got, {"cases": list, "elsewhere": list}), "the collected results are incomplete"
+assert len(_got["cases"]) == len(_cases), "one answer per hidden case"
+for _case, _steps in zip(_cases, _got["cases"]):
     _k, _rows = _case["k"], _case["rows"]
     _reference = grading.reference(f"03-amp accumulation_reference {_case}", lambda: amp.accumulation_reference(**_case))
     assert type(_steps) is list and len(_steps) == len(_reference), f"{len(_steps)} steps recorded, not {len(_reference)}"
@@ -688,6 +719,7 @@ for _case, _steps in zip(_cases, _got):
         assert type(_loss) is float, f"step {_i}: return the loss as a Python float, not {type(_loss).__name__}"
         assert compare.same_values(_mine["rows"], [_rows] * _k), f"step {_i}: the forwards saw {_mine['rows']} rows: expected one forward per micro-batch of {_rows} rows"
         assert compare.same_values(_mine["dtypes"], [torch.float16] * (_k * _linears)), f"step {_i}: the forward computed in {set(_mine['dtypes'])}, not fp16 (autocast on x.device.type?)"
+        assert compare.same_values(_mine["autocast"], [amp.autocast_on("cpu", torch.float16)] * _k), f"step {_i}: autocast was not entered for the micro-batches' device (x.device.type) alone, with fp16"
         assert compare.same_values(_mine["alive"], [0] * _k), f"step {_i}: tensors saved by earlier micro-batches were still alive at each forward: {_mine['alive']} (backward each micro-batch before the next forward, without retain_graph)"
         assert compare.same_values(_loss, _expected, atol=1e-5, rtol=1e-5), f"step {_i}: loss {_loss}, the whole batch's is {_expected}"
         assert compare.same_values(_mine["scale"], _ref["scale"]), f"step {_i}: scale {_mine['scale']}, the reference's {_ref['scale']} (a step skipped that should not have been, e.g. stale gradients? the scale not updated once per step?)"
@@ -699,6 +731,12 @@ for _case, _steps in zip(_cases, _got):
         else:
             _error = ((_moved - _moved_ref).norm() / _moved_ref.norm()).item()
             assert _error < 1e-2, f"step {_i}: the weights moved {_error:.0%} away from the reference step's update (the whole batch's mean loss? clipped once, after unscale_?)"
+# the micro-batches said to be on another device (simulated: amp.elsewhere): autocast must follow them there
+assert type(_got["elsewhere"]) is list and len(_got["elsewhere"]) == _elsewhere["steps"], "one record per step"
+for _i, _mine in enumerate(_got["elsewhere"]):
+    assert compare.is_record(_mine, _fields), f"step {_i}: the collected results are incomplete"
+    assert compare.same_values(_mine["autocast"], [amp.autocast_on(amp.SIMULATED_DEVICE, torch.float16)] * _elsewhere["k"]), \
+        f"with micro-batches on another device ({amp.SIMULATED_DEVICE}), autocast was not entered for x.device.type with fp16 (a device type written in the code?)"
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -210,6 +210,7 @@ def activation_ratio(model, x, dtype):
     return amp.saved_activation_bytes(model, x, dtype) / amp.saved_activation_bytes(model, x)
 ''',
                 "the solution": ratio(),
+                "the device type from x.device, by keyword": ratio(device="device_type=x.device.type"),
                 "storages kept in a dict by pointer, measured in one function": '''
 def activation_ratio(model, x, dtype):
     ignore = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
@@ -231,6 +232,9 @@ def activation_ratio(model, x, dtype):
                 "counts every saved tensor, no dedupe": ratio(record="seen[len(seen)] = s.nbytes()"),
                 "the inverse ratio": ratio(result="measure(False) / measure(True)"),
                 "autocast on cuda (a no-op on the CPU)": ratio(device='"cuda"'),
+                # the device type written in the code: right on a CPU batch, wrong on any other
+                'autocast hard-coded to "cpu"': ratio(device='"cpu"'),
+                "the machine's autocast device, not x's": ratio(device="amp.device_type()"),
                 "counts the input x": ratio(skip="list(model.parameters())"),
                 "bytes of the outputs instead of the saved tensors": '''
 def activation_ratio(model, x, dtype):
@@ -242,8 +246,11 @@ def activation_ratio(model, x, dtype):
         },
         "amp_step": {
             "right": {
-                "the deprecated CPU spelling (warns)": amp_step(autocast="torch.cpu.amp.autocast(dtype=torch.float16)"),
                 "the solution": amp_step(),
+                "the deprecated clip_grad_norm spelling (warns)": amp_step(
+                    clip="scaler.unscale_(optimizer); nn.utils.clip_grad_norm(model.parameters(), max_norm)"),
+                "torch.amp.autocast, the device from str(x.device)": amp_step(
+                    autocast='torch.amp.autocast(str(x.device).split(":")[0], dtype=torch.float16)'),
                 "1/k on the scaled loss, torch.half, losses kept as tensors": '''
 def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_norm):
     optimizer.zero_grad(set_to_none=False)
@@ -301,6 +308,11 @@ def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_
                 "bf16 instead of fp16": amp_step(autocast="torch.autocast(x.device.type, dtype=torch.bfloat16)"),
                 "optimizer.step() directly: overflowing steps are not skipped": amp_step(step="optimizer.step()"),
                 "autocast on cuda while x is on the CPU": amp_step(autocast='torch.autocast("cuda", dtype=torch.float16)'),
+                # the device type written in the code: right on a CPU batch, wrong on any other
+                'autocast hard-coded to "cpu"': amp_step(autocast='torch.autocast("cpu", dtype=torch.float16)'),
+                "the deprecated CPU spelling: the CPU's autocast whatever the batch (warns)": amp_step(
+                    autocast="torch.cpu.amp.autocast(dtype=torch.float16)"),
+                "the notebook's DEVICE, not the batch's": amp_step(autocast="torch.autocast(DEVICE, dtype=torch.float16)"),
                 "clips the scaled gradients": amp_step(clip="nn.utils.clip_grad_norm_(model.parameters(), max_norm)"),
                 "clips the scaled gradients, then unscales": amp_step(
                     clip="nn.utils.clip_grad_norm_(model.parameters(), max_norm); scaler.unscale_(optimizer)"),

@@ -661,11 +661,11 @@ def wrong_quiz(nb):
 
 
 def _warning_answers_amp(nb):
-    """Correct answers that print warnings on stderr: numpy's overflow warning, a deprecated autocast spelling."""
+    """Correct answers that print warnings on stderr: numpy's overflow warning, a deprecated clip_grad_norm spelling."""
     from answers import ANSWERS
 
     _cell(nb, "fp16").source = ANSWERS["03-amp"]["fp16"]["right"]["numpy cast (warns on overflow)"]
-    _cell(nb, "amp_step").source = ANSWERS["03-amp"]["amp_step"]["right"]["the deprecated CPU spelling (warns)"]
+    _cell(nb, "amp_step").source = ANSWERS["03-amp"]["amp_step"]["right"]["the deprecated clip_grad_norm spelling (warns)"]
 
 
 def _warning_answer_dp(nb):

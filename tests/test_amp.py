@@ -91,6 +91,28 @@ def test_saved_bytes_shrink_for_large_batches_and_count_weight_copies():
     assert fp32 == 3 * 1024 * 256 * 4  # three ReLU outputs
 
 
+def test_a_batch_said_to_be_elsewhere_shows_which_autocast_the_code_entered():
+    """Lesson 3's hidden tests catch an autocast device written in the code, on a CPU: the batch says it is on
+    SIMULATED_DEVICE, and torch's own autocast state, read in the forward, says for which device autocast is on."""
+    net, x = models.MLP(8, 16, 2), torch.randn(4, 8)
+    seen = []
+    net.register_forward_pre_hook(lambda module, args: seen.append(amp.autocast_state()))
+    there = amp.elsewhere(x)
+    assert there.device.type == amp.SIMULATED_DEVICE and torch.equal(there, x) and there.data_ptr() == x.data_ptr()
+    for device_type in (there.device.type, "cpu"):
+        with torch.autocast(device_type, dtype=torch.float16):
+            out = net(there)
+        assert type(out) is torch.Tensor and out.device.type == "cpu"  # computed on the CPU, as plain tensors
+    net(there)
+    assert seen == [amp.autocast_on(amp.SIMULATED_DEVICE, torch.float16), amp.autocast_on("cpu", torch.float16),
+                    amp.autocast_on(None)]
+    assert amp.autocast_on("cpu", torch.float16) == {"cpu": torch.float16, amp.SIMULATED_DEVICE: None}
+    # the right answers of lesson 3 that take the device from x run there (their autocast leaves the CPU's maths fp32)
+    assert amp.saved_activation_bytes(net, there, torch.bfloat16) == amp.saved_activation_bytes(net, x)
+    with pytest.raises(ValueError, match="x must be a tensor on the CPU"):
+        amp.elsewhere(there)
+
+
 def test_amp_trainer_tracks_fp32_with_a_scaler_and_clipping():
     dataset = data.regression(256, 16, 2)
     curves = {}
@@ -143,6 +165,9 @@ def test_step_seconds_are_measured():
     (lambda: amp.step_seconds(models.MLP(), torch.ones(1, 32), torch.ones(1, 4), None, max_seconds=0), "max_seconds"),
     (lambda: amp.matmul_tflops(n=0), "n"),
     (lambda: amp.amp_worker(0, 1, "fp8"), "dtype_name"),
+    (lambda: amp.autocast_on("cuda", torch.float16), "device_type"),
+    (lambda: amp.autocast_on("cpu"), "dtype"),
+    (lambda: amp.elsewhere([1.0]), "x must be a tensor"),
 ])
 def test_bad_arguments(call, match):
     with pytest.raises(ValueError, match=match):

@@ -53,6 +53,8 @@ ROUTES = {
     "scaler": ["def scaler_after(o, i, g):\n    s = amp.scaler_trajectory(o, init_scale=i, growth_interval=g)\n    return s"],
     "fp16": ["from helpers.amp import representable as r"],
     "predict_dtypes": ["predicted = amp.autocast_dtypes(DEVICE, torch.bfloat16)"],
+    "activation_ratio": ["def activation_ratio(model, x, dtype):\n    torch.set_autocast_enabled(x.device.type, True)"],
+    "amp_step": ["from torch import set_autocast_dtype as d", "torch._C.set_autocast_enabled('xla', True)"],
     "convert": ["import helpers.accel as a\nmy_accelerate_worker = lambda *args: a.reference(*args)"],
     "device0_extra": ["def device0_extra_bytes(*args):\n    return memory.measure_step(*args)"],
     "quiz": [
