@@ -1,5 +1,6 @@
 # The course's commands. Each one sets up .venv/ first (only when requirements changed).
-#   make lab      start JupyterLab on the course
+#   make lab      start JupyterLab on your copies of the lessons (workspace/), lesson 1 open (the student's view)
+#   make instructor  JupyterLab on the whole course folder, with nbgrader's formgrader
 #   make test     run every test (helpers, notebooks with nbval, release sync, grading end to end)
 #   make release  regenerate notebooks/ (student versions) and solutions-py/ (the lessons as Python, for review)
 #                 from solutions/
@@ -37,7 +38,7 @@ DEMONSTRATIONS ?=
 STUDENT ?=
 LESSON ?=
 
-.PHONY: setup sandbox browser lab test release grade bench site check
+.PHONY: setup sandbox browser lab instructor test release grade bench site check
 
 setup: $(STAMP)
 
@@ -99,7 +100,18 @@ $(LAB_OVERRIDES):
 	@mkdir -p $(dir $@)
 	@printf '{\n  "@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}\n}\n' > $@
 
+# make lab: the student's view: their own copies of the lessons (workspace/, which git ignores: graders/workspace.py)
+# with lesson 1 open and nbgrader's instructor tools off (graders/student/). make instructor: the whole course folder
+# with the formgrader.
+LESSON_ONE := 01-dataparallel/01-dataparallel.ipynb
+WORKSPACE ?= $(CURDIR)/workspace
 lab: setup $(LAB_OVERRIDES)
+	@$(BIN)/python -m graders.workspace --folder "$(WORKSPACE)"
+	PATH="$(CURDIR)/$(BIN):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/graders/student$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
+		$(BIN)/jupyter lab --ServerApp.root_dir="$(WORKSPACE)" --LabApp.default_url=/lab/tree/$(LESSON_ONE) \
+		'--ContentsManager.hide_globs=$(LAB_HIDE)' $(ROOT_FLAG) $(LAB_ARGS)
+
+instructor: setup $(LAB_OVERRIDES)
 	$(BIN)/python -m graders.pipeline gradebook  # the formgrader lists the lessons from gradebook.db
 	PATH="$(CURDIR)/$(BIN):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/graders$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
 		$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" '--ContentsManager.hide_globs=$(LAB_HIDE)' $(ROOT_FLAG) $(LAB_ARGS)
@@ -121,7 +133,7 @@ release: setup
 # A student's self-check of their own notebook (graders/selfcheck.py); NOTEBOOK relative to the course folder, or absolute
 NOTEBOOK ?=
 check: setup sandbox
-	@test -n "$(NOTEBOOK)" || { echo "usage: make check NOTEBOOK=notebooks/01-dataparallel/01-dataparallel.ipynb" >&2; exit 2; }
+	@test -n "$(NOTEBOOK)" || { echo "usage: make check NOTEBOOK=workspace/01-dataparallel/01-dataparallel.ipynb" >&2; exit 2; }
 	$(BIN)/python -m graders.selfcheck "$(NOTEBOOK)"
 
 # The course website: the student notebooks with the outputs of their explanation cells -> build/site/index.html

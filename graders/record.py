@@ -27,6 +27,9 @@ from graders.worker import GRADER_MEMORY_BYTES
 MAX_GRADED_CHARS = 2 * (MAX_NOTEBOOK_FILE_BYTES + execute_caps.MAX_NOTEBOOK_BYTES)
 
 
+EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")  # what nbgrader submit/collect put beside a notebook
+
+
 FEEDBACK_SECONDS = 120  # rendering one feedback page (about half a second for a lesson)
 
 
@@ -114,12 +117,20 @@ class Recorder:
             if part.is_symlink():
                 raise RuntimeError(f"{part} is a symbolic link")
             part.mkdir(exist_ok=True)
-        partial = folder / f".{task.lesson}.ipynb.recording"
-        partial.unlink(missing_ok=True)
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
-            f.write(text)
-        os.replace(partial, folder / f"{task.lesson}.ipynb")
+        # nbgrader's exchange files travel with the graded notebook: generate_feedback copies them into feedback/,
+        # where `nbgrader release_feedback` reads them (without them it fails, and no student gets feedback)
+        written = {f"{task.lesson}.ipynb": text.encode("utf-8", errors="replace")}
+        written |= {name: task.files[name] for name in EXCHANGE_FILES if name in task.files}
+        for name in EXCHANGE_FILES:
+            if name not in written:
+                (folder / name).unlink(missing_ok=True)  # an earlier submission's
+        for name, data in written.items():
+            partial = folder / f".{name}.recording"
+            partial.unlink(missing_ok=True)
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(partial, folder / name)
 
     def _save_scores(self, task: Task, notebook, verdict: dict) -> None:
         from nbgrader.api import Gradebook, MissingEntry
