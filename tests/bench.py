@@ -195,10 +195,12 @@ def main() -> None:
     args = parser.parse_args()
     all_lessons = course.lessons(REPO)
     lessons = all_lessons if args.lessons == "all" else args.lessons.split(",")
+    if unknown := sorted(set(lessons) - set(all_lessons)):
+        parser.error(f"--lessons names {unknown}; there are: {all_lessons}")
     print(hardware.detect().summary(), "\n")
     if not args.no_execute:
         print(f"{'lesson':<24}{'execute (s)':>12}")
-        for lesson in all_lessons:
+        for lesson in lessons:  # the ones asked for, not every lesson
             print(f"{lesson:<24}{execute_seconds(REPO / 'solutions' / lesson / f'{lesson}.ipynb'):>12.1f}")
         print()
     how = "sandboxed" if sandbox.available() is None else "UNSANDBOXED: " + sandbox.available()
