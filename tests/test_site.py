@@ -212,6 +212,26 @@ def test_a_lesson_page_shows_its_outputs_without_machine_paths_and_its_figures_u
     assert cell.outputs[0].text.startswith("Traceback") and str(REPO) in cell.outputs[1].evalue  # executed: as it was
 
 
+def test_a_progress_bar_shows_as_its_last_state_and_rank_lines_as_one_block():
+    """tqdm's widget is text on a static page (its last state, which the run saved); a launch's rank lines, printed
+    one at a time, are one block, not a box each; a widget whose state was not kept is left out."""
+    released = nbformat.read(REPO / "notebooks" / "02-ddp" / "02-ddp.ipynb", as_version=4)
+    executed = nbformat.from_dict(released)
+    cell = next(c for c in executed.cells if c.cell_type == "code" and not release.is_exercise_cell(c))
+    view = {site.WIDGET_VIEW: {"model_id": "box", "version_major": 2, "version_minor": 0},
+            "text/plain": "training:   0%|          | 0/30"}
+    cell.outputs = [nbformat.v4.new_output("display_data", data=view),
+                    nbformat.v4.new_output("stream", name="stdout", text="[rank0]: a\n"),
+                    nbformat.v4.new_output("stream", name="stdout", text=["[rank1]: b\n"]),
+                    nbformat.v4.new_output("display_data", data={**view, site.WIDGET_VIEW: {"model_id": "gone"}})]
+    state = {"box": {"children": ["IPY_MODEL_l", "IPY_MODEL_b", "IPY_MODEL_r"]}, "l": {"value": "training:\u2007100%"},
+             "b": {"value": 30.0, "max": 30.0}, "r": {"value": "\u200730/30\u2007[00:02&lt;00:00,\u200712.3step/s]"}}
+    executed.metadata["widgets"] = {site.WIDGET_STATE: {"state": {k: {"state": v} for k, v in state.items()}}}
+    shown = next(c for c in site.page("02-ddp", executed).cells if c.get("id") == cell.get("id"))
+    assert [o.output_type for o in shown.outputs] == ["stream"], shown.outputs
+    assert shown.outputs[0].text == f"training: 100%|{'█' * 20}| 30/30 [00:02<00:00, 12.3step/s]\n[rank0]: a\n[rank1]: b\n"
+
+
 def _static_links(out: Path, path: str) -> set[str]:
     """The links and sources of a built page, as a browser would resolve them (a base address, then the page's)."""
     html = (out / path).read_text()
@@ -256,3 +276,16 @@ def test_the_readme_links_every_instructors_page_on_the_site_and_in_the_reposito
     site_address = "https://multi-device-course.github.io/pytorch-multi-device-course"
     for name in site.PAGES:
         assert f"({site_address}/{name}.html)" in readme and f"(website/pages/{name}.md)" in readme, name
+
+
+def test_running_a_lesson_for_the_site_prints_nothing_but_its_outputs(tmp_path, monkeypatch, capfd):
+    """`make site` runs the lessons quietly: no kernel warning (a TCP kernel's, a kernel whose parent left), no
+    traceback of a cell that fails on purpose; the outputs are in the notebook."""
+    (tmp_path / "notebooks" / "tiny").mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1/0"), nbformat.v4.new_code_cell("print(2)")]),
+                   tmp_path / "notebooks" / "tiny" / "tiny.ipynb")
+    monkeypatch.setattr(site, "REPO", tmp_path)
+    ran = site.execute("tiny")
+    assert ran.cells[0].outputs[0].ename == "ZeroDivisionError" and ran.cells[1].outputs[0].text == "2\n"
+    printed = capfd.readouterr()
+    assert "WARNING" not in printed.err + printed.out and "Traceback" not in printed.err + printed.out, printed

@@ -19,6 +19,8 @@ pages are the Markdown files of website/pages/ (PAGES), under an "Instructors" c
 from __future__ import annotations
 
 import argparse
+import html
+import os
 import re
 import shutil
 import subprocess
@@ -105,18 +107,75 @@ def page(lesson: str, executed: nbformat.NotebookNode | None, root: Path | str =
         if ran is None or is_exercise_cell(cell) or ran.source != sources.get(cell.get("id")):
             cell.outputs, cell.execution_count = [], None
         else:
-            cell.outputs = [_output_without_machine_paths(output, root) for output in ran.outputs]
+            shown = _coalesced(_static_widgets(ran.outputs, widget_state(executed)))
+            cell.outputs = [_output_without_machine_paths(output, root) for output in shown]
             cell.execution_count = ran.execution_count
     return nb
 
 
+WIDGET_VIEW, WIDGET_STATE = "application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json"
+
+
+def widget_state(executed) -> dict:
+    """The widgets' last state that the run saved in the notebook (nbclient does), by model id."""
+    saved = (executed.metadata.get("widgets") or {}).get(WIDGET_STATE) or {} if executed is not None else {}
+    return {model: entry.get("state", {}) for model, entry in (saved.get("state") or {}).items()}
+
+
+def _static_widgets(outputs: list, state: dict) -> list:
+    """A progress bar (tqdm's widget: an HBox of a label, a bar and a count) as the text of its last state, which a
+    static page can show; a widget whose state the run did not keep is left out (its text is its first state)."""
+    shown = []
+    for output in outputs:
+        view = output.get("data", {}).get(WIDGET_VIEW) if output.get("output_type") == "display_data" else None
+        if view is None:
+            shown.append(output)
+        elif (text := _progress_text(view.get("model_id"), state)) is not None:
+            shown.append(nbformat.v4.new_output("stream", name="stdout", text=text + "\n"))
+    return shown
+
+
+def _progress_text(model_id, state: dict) -> str | None:
+    parts = [state.get(child.removeprefix("IPY_MODEL_"), {}) for child in state.get(model_id, {}).get("children", [])]
+    if len(parts) != 3 or "max" not in parts[1]:
+        return None
+    left, bar, right = parts
+    filled = round(20 * bar.get("value", 0) / bar["max"]) if bar["max"] else 20
+    label = lambda part: html.unescape(re.sub(r"<[^>]*>", "", str(part.get("value", "")))).replace("\u2007", " ").strip()
+    return f"{label(left)}|{'█' * filled}{' ' * (20 - filled)}| {label(right)}"
+
+
+def _coalesced(outputs: list) -> list:
+    """Consecutive stream outputs of one name as one, as Jupyter shows them (a launch's rank lines come one print at a
+    time: a page would box each)."""
+    merged = []
+    for output in outputs:
+        last = merged[-1] if merged else None
+        if (output.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream"
+                and last.get("name") == output.get("name")):
+            merged[-1] = nbformat.from_dict({**last, "text": _text(last) + _text(output)})
+        else:
+            merged.append(output)
+    return merged
+
+
+def _text(output) -> str:
+    return "".join(output["text"]) if isinstance(output["text"], list) else output["text"]
+
+
 def execute(lesson: str) -> nbformat.NotebookNode:
+    from jupyter_client import KernelManager
     from nbclient import NotebookClient
 
     nb = nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
     with tempfile.TemporaryDirectory() as scratch:  # what the lesson writes stays out of the checkout
-        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": scratch}}).execute()
+        # on unix sockets: a kernel on TCP warns that it is unencrypted; shut down here, or it warns its parent left
+        kernel = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(scratch, "kernel"))
+        try:
+            NotebookClient(nb, km=kernel, timeout=600, allow_errors=True, resources={"metadata": {"path": scratch}}).execute()
+        finally:
+            if kernel.has_kernel:
+                kernel.shutdown_kernel(now=True)
     return nb
 
 
