@@ -10,6 +10,8 @@
   showing that rank's traceback and the end of what it wrote on stderr; a rank killed by a signal
   (nccl's watchdog aborts a rank whose collective timed out: SIGABRT, no Python traceback; a
   segfault; the OOM killer's SIGKILL) is reported with the signal's name and that stderr;
+* a worker may start processes, as under torchrun (a DataLoader's workers, a Pool); they stop with the launch,
+  whether it returns, fails, times out or is interrupted, and when the launcher dies;
 * the worker is shipped by value (cloudpickle), so it may live in a module *or* in the notebook.
   Plain `mp.spawn` can only start workers it can import by name (see lesson 2);
 * a worker that counts its steps (`progress`) gets one progress bar in the notebook for all ranks.
@@ -29,6 +31,7 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -185,19 +188,22 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
         port = free_port()
         pipes = [ctx.Pipe(duplex=False) for _ in range(n_procs)]
         stdouts = [ctx.Pipe(duplex=False) for _ in range(n_procs)]
+        lifelines = [ctx.Pipe(duplex=False) for _ in range(n_procs)]  # a rank reads end of file once the launch is over
         counts = ctx.RawArray("q", 2 * n_procs)  # each rank's steps, to take and taken: what the progress bar shows
         procs = [
             ctx.Process(target=_run_rank, args=(payload, rank, p, port, timeout_s, init_process_group, env, sender,
-                                                stdouts[rank][1], logs, counts), daemon=True)
+                                                stdouts[rank][1], logs, counts, lifelines[rank][0]), daemon=True)
             for rank, (_, sender) in enumerate(pipes)
         ]
-        for proc in procs:
-            proc.start()
-        for _, sender in pipes + stdouts:
-            sender.close()  # the rank holds the only writing end: its death reads as end of file
         output = RankOutput([reader for reader, _ in stdouts])
         bar = ProgressBar(counts)
         try:
+            for proc in procs:
+                proc.start()
+            for _, sender in pipes + stdouts:
+                sender.close()  # the rank holds the only writing end: its death reads as end of file
+            for lifeline, _ in lifelines:
+                lifeline.close()
             return _collect(procs, [reader for reader, _ in pipes], output, bar, logs,
                             deadline=time.monotonic() + timeout_s + 30)
         except WorkerFailed as failure:
@@ -209,8 +215,9 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
             _stop(procs)
             output.drain()
             bar.close()
-            for reader, _ in pipes + stdouts:
-                reader.close()
+            for ends in pipes + stdouts + lifelines:
+                for end in ends:
+                    end.close()
             shutil.rmtree(logs, ignore_errors=True)
 
 
@@ -453,23 +460,51 @@ ROOT_CAUSE_WAIT_S = 2.0  # only spent when no other rank has failed
 
 
 def _stop(procs) -> None:
-    for proc in procs:
+    """Stop the ranks and every process they started: a rank leads a process group (`_lead_own_group`), signalled
+    whole, also once the rank has ended (what a rank killed by a signal started outlives it)."""
+    started = [proc for proc in procs if proc.pid is not None]  # an interrupt can come between two starts
+    for proc in started:
         if proc.is_alive():
-            proc.terminate()
+            proc.terminate()  # also a rank that has not made its group yet
+    _signal_groups(started, "SIGTERM")
     end = time.monotonic() + STOP_GRACE_S
-    for proc in procs:
+    for proc in started:
         proc.join(timeout=max(0.0, end - time.monotonic()))
-    for proc in procs:
+    for proc in started:
         if proc.is_alive():
             proc.kill()
-            proc.join(timeout=5)
+    _signal_groups(started, "SIGKILL")
+    for proc in started:
+        proc.join(timeout=5)
 
 
-def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, sender, stdout, logs, counts):
+def _signal_groups(procs, name: str) -> None:
+    """Signal `name` to the process group of each rank: what it started. The group's id is the rank's pid, which no
+    other process can take while anyone is left in the group, and the rank's watcher (WATCHER) stays in it until the
+    launch is over."""
+    if not hasattr(os, "killpg"):  # Windows: no process groups
+        return
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, getattr(signal, name))
+        except (ProcessLookupError, PermissionError):  # nobody left in it
+            pass
+
+
+def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, sender, stdout, logs, counts,
+              lifeline):
     __tracebackhide__ = True  # left out of the traceback a failing rank reports
+    # A worker may start processes, as under torchrun (a DataLoader's workers, a Pool). The rank is daemonic to the
+    # launcher, whose exit then ends a rank left running, but not to multiprocessing, which refuses children to a
+    # daemonic process. It starts them as a fresh process does (fork on Linux), not from a fork server of its own
+    # (multiprocessing's default for a forkserver's child), to which a DataLoader would pickle its dataset: one the
+    # worker defines (a notebook's, come by value) cannot be, and each worker would import torch again (seconds).
+    mp.current_process().daemon = False
+    mp.set_start_method(None, force=True)
     global _SHARED
     _SHARED = (counts, 2 * rank)
     _stderr_to_file(os.path.join(logs, f"rank{rank}.log"))
+    _lead_own_group(lifeline)
     os.dup2(stdout.fileno(), 1)  # the launcher shows it, line by line
     stdout.close()
     sys.stdout = open(1, "w", closefd=False, buffering=1, encoding="utf-8", errors="replace")
@@ -496,6 +531,27 @@ def _run_rank(payload, rank, p: Plan, port, timeout_s, init_process_group, env, 
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+# A rank's watcher (`_lead_own_group`): it reads its stdin, the rank's lifeline, to end of file (the launcher never
+# writes on it: it has closed it or died), then kills its process group, the rank's.
+WATCHER = ["/bin/sh", "-c", "cat >/dev/null; kill -s KILL 0"]
+_WATCHER = None  # in a rank: its watcher (subprocess.Popen), running until the launch is over
+
+
+def _lead_own_group(lifeline) -> None:
+    """Make this rank the leader of a process group of its own, where the processes it starts stay: `_stop` signals
+    the group whole. Out of the launcher's group, the rank would outlive a kernel restart (which kills the kernel's
+    group): a watcher kills the group once the launcher has gone. A process, not a thread: a rank that hangs holding
+    the GIL (see _keep_process_groups_alive) cannot hold it back; a small one, not a fork of the rank (tenths of a
+    second of a launch)."""
+    global _WATCHER
+    if not hasattr(os, "setpgid"):  # Windows: no process groups
+        return
+    os.setpgid(0, 0)
+    with lifeline:
+        _WATCHER = subprocess.Popen(WATCHER, stdin=lifeline.fileno(), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
 
 
 _DESTROYED_GROUPS: list = []

@@ -119,6 +119,11 @@ def make_loader(dataset, world_size, rank, batch_size):
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
     return DataLoader(dataset, batch_sampler=BatchSampler(sampler, batch_size, drop_last=False))
 ''',
+    "DistributedSampler, two DataLoader workers (num_workers=2)": '''
+def make_loader(dataset, world_size, rank, batch_size):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=2)
+''',
     "a Sampler of its own": '''
 import math
 from torch.utils.data import Sampler
@@ -183,6 +188,11 @@ def make_loader(dataset, world_size, rank, batch_size):
     mine = list(range(rank, len(dataset), world_size))
     mine += mine[:1] * (per_rank - len(mine))
     return DataLoader(Subset(dataset, mine), batch_size=batch_size)
+''',
+    "two DataLoader workers (num_workers=2), short batches dropped": '''
+def make_loader(dataset, world_size, rank, batch_size):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=2, drop_last=True)
 ''',
     "returns the sampler": '''
 def make_loader(dataset, world_size, rank, batch_size):
@@ -505,6 +515,8 @@ WORKER_RIGHT = {
         reduce="dist.reduce(mean_loss, dst=0); mean_loss /= world_size; dist.broadcast(mean_loss, src=0)",
         mean="mean_loss.item()"),
     "epochs numbered from 1": worker(set_epoch="sampler.set_epoch(epoch + 1)"),
+    "two DataLoader workers (num_workers=2), kept across the epochs": worker(
+        loader_kwargs="sampler=sampler, num_workers=2, persistent_workers=True"),
     "leaves the group in a finally": worker().replace("    dist.destroy_process_group()\n", "").replace(
         "    dataset = cfg.dataset()\n", "    try:\n        return train_and_reduce(rank, world_size, cfg)\n    finally:\n"
         "        dist.destroy_process_group()\n\n\ndef train_and_reduce(rank, world_size, cfg):\n    dataset = cfg.dataset()\n"),
@@ -523,6 +535,8 @@ WORKER_WRONG = {
     "never leaves the process group (step 5)": worker().replace("    dist.destroy_process_group()\n", ""),
     "each rank its own epoch numbers": worker(set_epoch="sampler.set_epoch(epoch + rank)"),
     "the same epoch number every epoch": worker(set_epoch="sampler.set_epoch(1)"),
+    "two DataLoader workers (num_workers=2), never calls set_epoch": worker(
+        loader_kwargs="sampler=sampler, num_workers=2", set_epoch="pass"),
 }
 
 # ---- Quiz ------------------------------------------------------------------------------------------------

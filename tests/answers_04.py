@@ -138,6 +138,20 @@ def my_accelerate_worker(n_samples, batch_size, epochs, lr, seed):
                     optimizer.zero_grad()
     return {k: v.cpu() for k, v in accelerator.unwrap_model(model).state_dict().items()}
 ''',
+                "two DataLoader workers (num_workers=2), kept across the epochs": '''
+def my_accelerate_worker(n_samples, batch_size, epochs, lr, seed):
+    accelerator = accel.accelerator()
+    model = accel.model(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    loader = DataLoader(accel.dataset(n_samples, seed), batch_size=batch_size, num_workers=2, persistent_workers=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for _ in range(epochs):
+        for x, y in loader:
+            accelerator.backward(F.mse_loss(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+    return {k: v.cpu() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+''',
             },
             "wrong": {
                 "the loader is not prepared: each process trains on everything": worker(
@@ -421,6 +435,11 @@ def tpu_batch(global_batch, cores):
                 "written as calls, (b), q5 computed": '''
 quiz = dict(q1=dict(devices=8, accelerator="tpu"), q2="(b)", q3=False, q4=1, q5=len(set([32] * 99 + [20])))
 ''',
+                # Lightning lowercases strategy names: the same Trainer
+                'strategy "XLA" in capitals': quiz(q1={"accelerator": "tpu", "devices": 8, "strategy": "XLA"}),
+                'strategy "Auto", devices " 8 ", precision "32"': quiz(
+                    q1={"accelerator": "tpu", "devices": " 8 ", "strategy": "Auto", "precision": "32"}),
+                'accelerator "auto": Lightning picks the TPU on a v5e-8': quiz(q1={"accelerator": "auto", "devices": 8}),
             },
             "wrong": {
                 "the old tpu_cores argument": quiz(q1={"accelerator": "tpu", "tpu_cores": 8}),
@@ -434,6 +453,14 @@ quiz = dict(q1=dict(devices=8, accelerator="tpu"), q2="(b)", q3=False, q4=1, q5=
                     q1={"accelerator": "tpu", "devices": 8, "strategy": "xla_fsdp"}),
                 "bf16 weights: another run": quiz(q1={"accelerator": "tpu", "devices": 8, "precision": "bf16-true"}),
                 "8 hosts (num_nodes)": quiz(q1={"accelerator": "tpu", "devices": 8, "num_nodes": 8}),
+                'accelerator "TPU": Lightning does not lowercase accelerator names, it refuses this one': quiz(
+                    q1={"accelerator": "TPU", "devices": 8}),
+                'strategy "xla_debug": XLA with its debug mode, another run': quiz(
+                    q1={"accelerator": "tpu", "devices": 8, "strategy": "xla_debug"}),
+                'precision "bf16": Lightning reads "bf16-mixed", which XLA refuses': quiz(
+                    q1={"accelerator": "tpu", "devices": 8, "precision": "bf16"}),
+                "all eight listed: Lightning takes one index or a count on a TPU": quiz(
+                    q1={"accelerator": "tpu", "devices": list(range(8))}),
             },
         },
     },

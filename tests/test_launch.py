@@ -1,9 +1,15 @@
 """The multi-process launcher: results, failures, timeouts, re-launching."""
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+import textwrap
+import threading
 import time
 
+import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -117,6 +123,157 @@ def test_a_rank_that_dies_without_a_word_is_reported():
         launch.launch(dies_silently, 2, timeout_s=30)
     assert time.monotonic() - start < 25  # not the 30 s timeout
     assert info.value.rank == 1
+
+
+def test_a_worker_may_start_processes_as_under_torchrun():
+    """A DataLoader with workers, over a dataset and a collate_fn the worker defines (a notebook's: they come by
+    value), and a Pool: the ranks may have children, and give what they give without them."""
+
+    def worker(rank, world_size, num_workers):
+        import multiprocessing
+
+        from torch.utils.data import DataLoader, Dataset
+        from torch.utils.data.distributed import DistributedSampler
+
+        class Squares(Dataset):
+            def __len__(self):
+                return 10
+
+            def __getitem__(self, i):
+                return torch.tensor([float(i * i)])
+
+        def total(batch):
+            return torch.cat(batch).sum().item()
+
+        squares = Squares()
+        loader = DataLoader(squares, batch_size=2, sampler=DistributedSampler(squares, shuffle=False),
+                            num_workers=num_workers, collate_fn=total)
+        with multiprocessing.Pool(2) as pool:
+            negated = pool.map(abs, [-rank, -2])
+        return list(loader), negated
+
+    alone = launch.launch(worker, 2, args=(0,))
+    # the squares of 0 2 | 4 6 | 8 on rank 0, of 1 3 | 5 7 | 9 on rank 1
+    assert alone == [([4.0, 52.0, 64.0], [0, 2]), ([10.0, 74.0, 81.0], [1, 2])]
+    assert launch.launch(worker, 2, args=(2,)) == alone
+
+
+def _worker_pid(batch):
+    return os.getpid()
+
+
+def starts_processes(rank, world_size, folder, then):
+    """Starts what a worker may start (a DataLoader's workers, kept running; a command left running), notes them in
+    `folder` with its own process, then ends as `then` says."""
+    from torch.utils.data import DataLoader
+
+    batches = iter(DataLoader(range(4), batch_size=1, num_workers=2, persistent_workers=True, collate_fn=_worker_pid))
+    pids = {next(batches) for _ in range(4)} | {subprocess.Popen(["sleep", "300"]).pid, os.getpid()}
+    with open(os.path.join(folder, f"rank{rank}.tmp"), "w") as f:
+        f.write(" ".join(f"{pid}:{psutil.Process(pid).create_time()}" for pid in pids))
+    os.rename(os.path.join(folder, f"rank{rank}.tmp"), os.path.join(folder, f"rank{rank}"))
+    dist.barrier()  # every rank has noted its processes
+    if rank == 1 and then == "is killed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if (rank == 1 and then == "misses a collective") or then == "waits":
+        time.sleep(300)
+    if then == "hangs holding the GIL":
+        sys.setswitchinterval(1e6)  # no other thread of this process runs again
+        while True:
+            pass
+    dist.all_reduce(torch.ones(1))
+    return rank
+
+
+def _noted_processes(folder, n_procs=2, wait_s=60.0) -> list:
+    """The processes `starts_processes` noted in `folder` (once every rank has noted its own)."""
+    deadline = time.monotonic() + wait_s
+    while len(list(folder.glob("rank?"))) < n_procs and time.monotonic() < deadline:
+        time.sleep(0.1)
+    noted = [entry.split(":") for path in sorted(folder.glob("rank?")) for entry in path.read_text().split()]
+    assert len(noted) == 4 * n_procs, "each rank notes itself, two DataLoader workers and a command"
+    return [(int(pid), float(started)) for pid, started in noted]
+
+
+def _still_running(noted, wait_s=3.0) -> list:
+    """Those of the `noted` (pid, start time) still running after `wait_s` (less than the 5 s in which a DataLoader's
+    worker notices that its rank has gone, and leaves by itself), killed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        running = []
+        for pid, started in noted:
+            try:
+                process = psutil.Process(pid)
+                if process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE:
+                    running.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not running or time.monotonic() > deadline:
+            for pid in running:  # a failing test leaves nothing behind either
+                os.kill(pid, signal.SIGKILL)
+            return running
+        time.sleep(0.1)
+
+
+def _interrupt_once_noted(folder, n_procs=2) -> None:
+    """Jupyter's stop button: KeyboardInterrupt in the main thread, once every rank has started its processes."""
+
+    def interrupt():
+        _noted_processes(folder, n_procs)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and `sleep`: Linux")
+@pytest.mark.parametrize("then, raised", [("returns", None), ("is killed", launch.WorkerFailed),
+                                          ("misses a collective", launch.WorkerFailed), ("waits", KeyboardInterrupt)])
+def test_nothing_a_rank_started_outlives_the_launch(tmp_path, then, raised):
+    """Whether the launch returns, a rank is killed (it leaves its children behind), a rank misses a collective
+    (the launch fails at the group's timeout), or the cell is interrupted: the ranks' DataLoader workers and
+    commands are stopped with them."""
+    if raised is None:
+        assert launch.launch(starts_processes, 2, args=(str(tmp_path), then), timeout_s=30) == [0, 1]
+    else:
+        if raised is KeyboardInterrupt:
+            _interrupt_once_noted(tmp_path)
+        with pytest.raises(raised):
+            launch.launch(starts_processes, 2, args=(str(tmp_path), then), timeout_s=6)
+    assert not _still_running(_noted_processes(tmp_path, wait_s=0)), "left running after the launch"
+
+
+LAUNCHER = textwrap.dedent("""
+    import sys
+
+    from helpers import launch
+    from test_launch import starts_processes
+
+    if __name__ == "__main__":
+        launch.launch(starts_processes, 2, args=(sys.argv[1], "hangs holding the GIL"), timeout_s=300)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and `sleep`: Linux")
+def test_the_ranks_and_what_they_started_die_with_the_launcher(tmp_path):
+    """A rank leads a process group of its own (which `_stop` stops whole), out of the kernel's: a kernel restart,
+    which kills the kernel's group, would not reach it. The ranks end with their launcher, however it ends, and take
+    their processes with them, even ranks that hang holding the GIL (no thread of theirs can run)."""
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER)
+    (tmp_path / "noted").mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    launcher = subprocess.Popen([sys.executable, str(script), str(tmp_path / "noted")], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        noted = _noted_processes(tmp_path / "noted", wait_s=120)
+        launcher.kill()  # the launcher alone, as the OOM killer would
+        launcher.wait()
+        assert not _still_running(noted), "left running after the launcher died"
+    finally:
+        launcher.kill()
+        launcher.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)  # its fork server
 
 
 def test_without_init_the_worker_finds_torchruns_environment():

@@ -7,6 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from graders.words import ENGLISH
 from helpers import fresh, launch
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,8 +47,9 @@ def test_an_unsolved_multi_process_check_shows_the_students_code_and_little_else
     frames = [line for line in lines if re.match(r"(Cell In\[\d+\], line \d+|File )", line)]
     assert len(frames) == 2 and frames[1].endswith(f", line 3, in {function}()"), shown
     assert not [name for name in HELPERS if name in shown], shown
-    assert "----> 3     raise NotImplementedError()" in shown, shown
-    assert lines[-1].startswith("WorkerFailed: rank ") and lines[-1].endswith(" failed: NotImplementedError"), shown
+    assert f"----> 3     raise NotImplementedError({ENGLISH['unsolved']!r})" in shown, shown
+    assert lines[-1].startswith("WorkerFailed: rank ") and lines[-1].endswith(
+        f" failed: NotImplementedError: {ENGLISH['unsolved']}"), shown  # the stub says what to do
     assert len(lines) <= 17 and len(shown.split("[... skipping hidden")[1].strip().splitlines()) <= 8, shown
 
 
