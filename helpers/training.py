@@ -52,7 +52,8 @@ def train(model: nn.Module, loader, optimizer, loss_fn, epochs: int = 1, progres
     device = primary_device(model)
     losses: list[float] = []
     model.train()
-    bar = tqdm(total=epochs * len(loader), desc="training", disable=not progress, leave=False)
+    # kept when done (leave): a bar that closes its widget shows "model not found" once the notebook is reopened
+    bar = tqdm(total=epochs * len(loader), desc="training", disable=not progress)
     for _ in range(epochs):
         for x, y in loader:
             loss = step(model, optimizer, x.to(device), y.to(device), loss_fn, autocast_dtype, scaler, max_grad_norm)

@@ -98,3 +98,23 @@ def test_accelerates_training_loop_shows_one_bar_for_its_processes(bars):
 def test_the_bar_is_text_in_a_terminal(capsys):
     launch.launch(counting, 2, args=(3, 0.0))
     assert "2 ranks: 100%" in capsys.readouterr().err
+
+
+def test_every_progress_bar_a_notebook_shows_is_still_a_widget_when_it_is_saved(tmp_path):
+    """JupyterLab saves the widgets that are alive (saveState): a bar whose widget closed when it finished is saved as
+    an output with no model, which shows "Error displaying widget: model not found" once the notebook is reopened.
+    A training's bar and a launch's bar stay alive, in a real kernel."""
+    import json
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    code = ("import torch, torch.nn as nn, torch.nn.functional as F\nfrom helpers import launch, training\n"
+            "model = nn.Linear(4, 1)\nloader = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(5)]\n"
+            "training.train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)\n")
+    alive = "import json, ipywidgets\nprint(json.dumps(sorted(ipywidgets.Widget.widgets)))"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code), nbformat.v4.new_code_cell(alive)])
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    shown = [o.data["application/vnd.jupyter.widget-view+json"]["model_id"] for o in nb.cells[0].outputs
+             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert shown and set(shown) <= set(json.loads(nb.cells[1].outputs[0].text)), shown
