@@ -58,3 +58,19 @@ def test_the_lesson_is_found_by_its_graded_cells_not_its_name(tmp_path):
     renamed.write_text((REPO / "notebooks" / "02-ddp" / "02-ddp.ipynb").read_text())
     assert selfcheck.lesson_of(renamed) == "02-ddp"
     assert json.loads(renamed.read_text())["cells"]
+
+
+def test_a_cell_checks_its_own_notebook(tmp_path):
+    """From a cell of the notebook (helpers.selfcheck.check(), which finds the notebook as JupyterLab names it): the
+    same report as `make check`; the released notebook, unsolved, scores nothing."""
+    from nbclient import NotebookClient
+
+    mine = tmp_path / "01-dataparallel.ipynb"
+    mine.write_text((REPO / "notebooks" / LESSON / f"{LESSON}.ipynb").read_text())
+    cell = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from helpers import selfcheck\nselfcheck.check()")])
+    client = NotebookClient(cell, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.km = client.create_kernel_manager()
+    with client.setup_kernel(env={**__import__("os").environ, "JPY_SESSION_NAME": str(mine)}):
+        client.execute_cell(cell.cells[0], 0)
+    report = "".join(o.get("text", "") for o in cell.cells[0].outputs)
+    assert f"{LESSON}: graded" in report and "total 0 / 15" in report and "FAIL quiz" in report, report
