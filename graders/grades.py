@@ -99,6 +99,18 @@ def _inert(value):
 
 def report(root: Path = REPO) -> Path:
     """reports/points-lost.png: per exercise, how many students lost points there."""
+    import matplotlib.pyplot as plt
+
+    fig = points_lost_figure(root)
+    out = root / "reports" / "points-lost.png"
+    out.parent.mkdir(exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def points_lost_figure(root: Path):
+    """The figure of `report`: a bar per exercise, the number of students (whole ones) who lost points there."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,13 +128,9 @@ def report(root: Path = REPO) -> Path:
     fig, axes = plt.subplots(len(shown) or 1, 1, figsize=(8, 2.2 * max(1, len(shown))), squeeze=False)
     for ax, (lesson, lost) in zip(axes[:, 0], shown.items()):
         ax.barh(list(lost), list(lost.values()), color="C3")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # students come whole
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # (whole students: matplotlib would tick 0.5 for one)
         ax.set_title(f"{lesson}: students who lost points, per exercise", fontsize=9)
         ax.invert_yaxis()
         ax.tick_params(labelsize=8)
     fig.tight_layout()
-    out = root / "reports" / "points-lost.png"
-    out.parent.mkdir(exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return fig

@@ -412,6 +412,8 @@ def test_grading_one_student_keeps_the_others_rows_and_says_when_a_submission_is
     assert [(r["student"], r["status"]) for r in rows] == [("s1", late.status), ("s2", first[0].status)]
     assert all(c.startswith(f"{LESSON}:") for c in rows[0] if ":" in c), "only the graded lesson's exercises"
     assert float(rows[0]["score"]) == sum(POINTS[LESSON].values()) and float(rows[1]["score"]) == 0
+    ticks = grades.points_lost_figure(tmp_path).axes[0].get_xticks()  # one student lost points: no half students
+    assert len(ticks) and all(float(t).is_integer() for t in ticks), ticks
 
     with pytest.raises(ValueError, match="students names \\['s3'\\]"):
         pipeline.grade(tmp_path, sandboxed=False, students=["s3"])
