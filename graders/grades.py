@@ -128,7 +128,7 @@ def points_lost_figure(root: Path):
     fig, axes = plt.subplots(len(shown) or 1, 1, figsize=(8, 2.2 * max(1, len(shown))), squeeze=False)
     for ax, (lesson, lost) in zip(axes[:, 0], shown.items()):
         ax.barh(list(lost), list(lost.values()), color="C3")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # (whole students: matplotlib would tick 0.5 for one)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole students (one alone drew ticks at 0.2, 0.4, ...)
         ax.set_title(f"{lesson}: students who lost points, per exercise", fontsize=9)
         ax.invert_yaxis()
         ax.tick_params(labelsize=8)
