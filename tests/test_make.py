@@ -7,6 +7,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -28,8 +29,9 @@ def test_setup_is_up_to_date_after_a_run():
 def _served(target: str, *settings: str):
     """`make TARGET SETTINGS...` serving JupyterLab on a free port; its address."""
     port = free_port()
+    layouts = tempfile.mkdtemp(prefix="lab-workspaces-")  # JupyterLab's saved layouts: a fresh one, not the user's
     args = (f"--no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token= --ServerApp.password= "
-            "--ServerApp.disable_check_xsrf=True")  # the test saves a notebook with a plain PUT
+            f"--ServerApp.disable_check_xsrf=True --LabApp.workspaces_dir={layouts}")  # (a test saves with a plain PUT)
     proc = subprocess.Popen(["make", target, f"LAB_ARGS={args}", *settings], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -101,3 +103,63 @@ def test_make_instructor_serves_the_course_with_the_formgrader():
             assert db.execute("select count(*) from alembic_version").fetchone()[0] == 1
             # make instructor recorded the lessons first: the formgrader's pages find them in the gradebook
             assert {name for (name,) in db.execute("select name from assignment")} >= set(assignments)
+
+
+def test_a_student_in_make_lab_lands_in_lesson_one_and_finds_their_progress_bars_after_reopening(tmp_path):
+    """In headless Chromium, as a student: `make lab` opens lesson 1 with no instructor tool in sight; a training's
+    progress bar, saved and reopened, shows again (not "Error displaying widget: model not found")."""
+    from test_formgrader import CHROMIUM, CHROMIUM_ARGS, IN_CI, NO_CHROMIUM
+
+    if CHROMIUM is None:
+        pytest.skip(NO_CHROMIUM) if not IN_CI else pytest.fail(NO_CHROMIUM)
+    import nbformat
+    from playwright.sync_api import expect, sync_playwright
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    code = ("import torch, torch.nn as nn, torch.nn.functional as F\nfrom helpers import training\n"
+            "model = nn.Linear(4, 1)\nloader = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(20)]\n"
+            "losses = training.train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)],
+                                            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                     "language": "python"}}),
+                   workspace / "progress.ipynb")
+    with _served("lab", f"WORKSPACE={workspace}") as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(60_000)
+            page.goto(f"{base}/")  # JupyterLab's own router may rewrite the address: the open tab is what counts
+            expect(page.locator(".lm-TabBar-tabLabel", has_text="01-dataparallel.ipynb").first).to_be_visible(timeout=60_000)
+            expect(page.locator(".jp-NotebookPanel:visible .jp-Cell").first).to_be_visible(timeout=60_000)
+            assert "Formgrader" not in page.locator("#jp-MainMenu").inner_text()
+            page.screenshot(path=str(tmp_path / "lesson-1.png"))
+
+            page.goto(f"{base}/lab/tree/progress.ipynb")
+            current = page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current")
+            expect(current).to_contain_text("progress.ipynb", timeout=60_000)
+            cell = page.locator(".jp-NotebookPanel:visible .jp-Cell").first
+            expect(cell).to_be_visible(timeout=60_000)
+            expect(page.locator("#jp-main-statusbar")).to_contain_text("| Idle", timeout=120_000)  # its kernel is up
+            cell.locator(".cm-content").click()
+            page.keyboard.press("Shift+Enter")
+            outputs = page.locator(".jp-NotebookPanel:visible .jp-OutputArea").first
+            try:
+                expect(outputs).to_contain_text("20/20", timeout=180_000)  # the bar's count, at its end
+            finally:
+                page.screenshot(path=str(tmp_path / "ran.png"))
+            page.keyboard.press("Control+s")
+            expect(page.locator(".jp-mod-dirty")).to_have_count(0, timeout=30_000)
+            for kernel in _json(f"{base}/api/kernels"):  # reopened another day: no kernel holds the widgets any more
+                page.request.delete(f"{base}/api/kernels/{kernel['id']}")
+            page.reload()
+            outputs = page.locator(".jp-NotebookPanel:visible .jp-OutputArea").first
+            try:
+                expect(outputs).to_contain_text("20/20", timeout=60_000)
+            finally:
+                page.screenshot(path=str(tmp_path / "reopened.png"))
+            assert "model not found" not in outputs.inner_text()
+        finally:
+            browser.close()
+    saved = nbformat.read(workspace / "progress.ipynb", as_version=4)
+    assert saved.metadata.get("widgets"), "the widgets' state was saved with the notebook"
