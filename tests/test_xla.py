@@ -189,6 +189,31 @@ def test_lesson_4s_imports_leave_lightning_to_the_trainers_process():
 def test_lightning_demo_rejects_bad_arguments():
     with pytest.raises(ValueError, match="batch_size"):
         lightning_demo.samplers_seen(n_samples=10, batch_size=0)
+    with pytest.raises(ValueError, match="kwargs"):
+        lightning_demo.trainer_on_tpu({"accelerator": "tpu", "devices": 8, "max_epochs": 1})
+
+
+def test_trainer_on_tpu_is_lightnings_own_reading_of_the_arguments():
+    """Lesson 4's quiz judges Trainer arguments by the run Lightning's own connector builds from them on a TPU v5e-8,
+    simulated here (no TPU, no torch_xla): every spelling Lightning reads the same way gives the same run."""
+    from lightning.fabric.accelerators.xla import XLAAccelerator
+
+    probes, env = (XLAAccelerator.is_available, XLAAccelerator.auto_device_count), dict(os.environ)
+    run = lightning_demo.trainer_on_tpu
+    same = run({"accelerator": "tpu", "devices": 8})
+    assert (same["accelerator"], same["strategy"], same["precision"], same["num_nodes"]) == ("XLAAccelerator", "XLAStrategy", "32-true", 1)
+    assert same["devices"] == [f"xla:{i}" for i in range(8)]
+    for spelling in ({"accelerator": "tpu", "devices": "auto"}, {"accelerator": "tpu", "devices": 8, "strategy": "XLA"},
+                     {"accelerator": "auto", "devices": " 8", "precision": 32, "num_nodes": 1}):
+        assert run(spelling) == same, spelling
+    assert run({"accelerator": "tpu", "devices": 8, "strategy": "xla_debug"})["settings"]["debug"] is True
+    assert run({"accelerator": "tpu", "devices": 8, "precision": "bf16-true"})["precision"] == "bf16-true"
+    assert run({"accelerator": "tpu", "devices": 1})["devices"] == ["xla:0"]
+    assert run({"accelerator": "tpu", "devices": 2}, tpu_devices=2)["devices"] == ["xla:0", "xla:1"]
+    assert "invalid accelerator name" in run({"accelerator": "TPU", "devices": 8})["error"]  # not lowercased
+    assert "not supported in XLA" in run({"accelerator": "tpu", "devices": 8, "precision": "bf16"})["error"]
+    assert "can not run on your system" in run({"accelerator": "cuda", "devices": 8})["error"]  # a TPU VM has no GPU
+    assert (XLAAccelerator.is_available, XLAAccelerator.auto_device_count) == probes and dict(os.environ) == env
 
 
 @pytest.mark.parametrize("meshes, shard", [([], None), ([((2, 2), ("data",))], None), ([((0, 4), ("data", "model"))], None),
