@@ -67,10 +67,11 @@ def test_the_gradebook_is_intact_and_complete(graded_class):
 def test_regrading_is_idempotent(graded_class):
     """Grade one of the submissions again (the renamed one: its copy under the lesson's name is there now), on this
     machine's own pool this time (the whole batch again would double this test's time): the same grades, nothing
-    recorded twice."""
+    recorded twice, and grades.csv keeps every other submission's row as it was."""
     root = graded_class.root
     with open(root / "grades.csv") as f:
-        rows = {row["student"]: row for row in csv.DictReader(f) if row["lesson"] == LESSON}
+        before = {(row["student"], row["lesson"]): row for row in csv.DictReader(f)}
+    rows = {student: row for (student, lesson), row in before.items() if lesson == LESSON}
     keep = {"tampered_notebook"}
     parked = root / "parked"
     parked.mkdir()
@@ -80,7 +81,8 @@ def test_regrading_is_idempotent(graded_class):
     try:
         pipeline.grade(root, cell_timeout=CELL_TIMEOUT, submission_timeout=900, jobs=1, lesson_timeouts=LESSON_TIMEOUTS)
         with open(root / "grades.csv") as f:
-            again = {row["student"]: row for row in csv.DictReader(f)}
+            everything = {(row["student"], row["lesson"]): row for row in csv.DictReader(f)}
+        again = {student: row for (student, lesson), row in everything.items() if student in keep}
     finally:
         for folder in parked.iterdir():
             shutil.move(str(folder), str(root / "submitted" / folder.name))
@@ -88,7 +90,8 @@ def test_regrading_is_idempotent(graded_class):
             writer = csv.DictWriter(f, fieldnames=list(next(iter(graded_class.rows.values()))))
             writer.writeheader()
             writer.writerows(graded_class.rows.values())
-    assert set(again) == keep
+    assert set(again) == keep and set(everything) == set(before)
+    assert all(everything[key] == row for key, row in before.items() if key[0] not in keep)
     for name in keep:
         assert {k: v for k, v in again[name].items() if k != "seconds"} == {k: v for k, v in rows[name].items() if k != "seconds"}
 
