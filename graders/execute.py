@@ -29,10 +29,12 @@ import json
 import os
 import secrets
 
+from nbclient.exceptions import CellTimeoutError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from traitlets import Integer
 
-from graders import demonstrations, judge, limits
+from graders import cell_limit, demonstrations, judge, limits
 from helpers import grading
 
 SKIPPED = "KernelDied"
@@ -53,7 +55,10 @@ class ProcessLimitReached(RuntimeError):
     """The cell used up its job's processes (graders/limits.py): the job was stopped, the cell is skipped."""
 
 
-class CrashSafeExecute(Execute):
+class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
+    # A cell's outputs may trail its reply this long (nbclient's 4 s turned a loaded machine's lag into a skipped cell)
+    iopub_timeout = Integer(60).tag(config=True)
+
     def output(self, outs, msg, display_id, cell_index):
         """Keep what fits the caps: MAX_OUTPUT_BYTES of printing per cell, MAX_CELL_BYTES of all of a cell's
         outputs (collections included), MAX_NOTEBOOK_BYTES for the notebook. An error is always kept
@@ -129,6 +134,7 @@ class CrashSafeExecute(Execute):
             with open(progress, "w") as f:
                 f.write(str(index))
         watch = limits.ProcessLimitWatch()
+        self.start_cell_clock()  # its time limit: graders/cell_limit.py
         try:
             with watch:
                 if inserted:  # the grader's own cells stay out of the kernel's history
@@ -137,7 +143,12 @@ class CrashSafeExecute(Execute):
                 else:
                     cell, resources = super().preprocess_cell(cell, resources, index)
         except Exception as error:
+            if isinstance(error, CellTimeoutError) and not (watch.fired or self.cell_over_limit):
+                # its reply came, but not all its outputs within iopub_timeout: the machine's speed, not the cell
+                error = cell_limit.CellTooSlow(f"the cell's outputs did not all arrive within {self.iopub_timeout} s")
             record_failure(ProcessLimitReached.__name__ if watch.fired else type(error).__name__)
+            if isinstance(error, cell_limit.CellTooSlow):
+                raise error
             if watch.fired:
                 raise ProcessLimitReached(limits.PROCESS_LIMIT) from error
             raise

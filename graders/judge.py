@@ -161,6 +161,8 @@ def judge(solution, graded) -> dict:
                 exec(compile(parts["setup"], f"<{grade_id} setup>", "exec"), namespace)
                 namespace["_got"] = mine[0]["data"]
                 exec(compile(parts["judge"], f"<{grade_id} judge>", "exec"), namespace)
+        except grading.ReferenceFailed:
+            raise  # the grader's own failure (a reference it could not compute): no verdict, not a failed test
         except AssertionError as error:
             verdict["message"] = str(error)[:500] or "an assertion failed"
         except Exception as error:  # noqa: BLE001 - malformed data fails the test, it does not stop the judge

@@ -5,7 +5,9 @@ prlimit (graders/sandbox.py) bounds each process; a cgroup bounds a job's proces
   share of the CPUs when others need them, however many processes it starts;
 * memory: the job's resident memory *and* what it writes into its tmpfs folders (/tmp, /dev/shm, its
   working folder: the jail has no other writable place, so this bounds its disk use too);
-* processes: a count for the whole job.
+* processes: a count for the whole job;
+* CPU time: counted for the whole job (cpuacct, or cgroup v2's cpu.stat), which a cell's time limit is counted in
+  (graders/cell_limit.py).
 
 cgroup v2 (one unified hierarchy with the cpu, memory and pids controllers) is used where it has them;
 on a hybrid host (v1 controllers, like this project's CI machine) the v1 cpu, memory and pids
@@ -106,11 +108,29 @@ class JobGroups:
                 continue
             self.paths.append(path)
             self.bounded.append(f"{what} (cgroup v1)")
+        self._count_cpu_v1()
+
+    def _count_cpu_v1(self) -> None:
+        """A cpuacct group too, where the host mounts that controller apart from cpu's: it counts the CPU time of the
+        job's processes (`cpu_seconds`), which a cell's time limit is counted in (graders/cell_limit.py)."""
+        if cpu_seconds(self.paths) is not None:  # cpu and cpuacct mounted together: the cpu group counts already
+            return
+        own, base = _own_v1_path("cpuacct"), os.path.join(ROOT, "cpuacct")
+        if own is None or not os.path.isdir(base):
+            return
+        path = os.path.join(base, own.lstrip("/"), self.name)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            return
+        self.paths.append(path)
 
     def describe(self) -> str:
         text = "bounded per grading job: " + (", ".join(self.bounded) or "nothing")
         if self.unbounded:
             text += "; NOT bounded: " + ", ".join(self.unbounded) + " (prlimit's per-process limits still apply)"
+        if cpu_seconds(self.paths) is None:
+            text += "; no cgroup counts a job's CPU time here, so a cell's time limit counts wall-clock time"
         return text
 
     def env(self) -> dict[str, str]:
@@ -147,6 +167,25 @@ def _pids(path: str) -> list[int]:
             return [int(line) for line in f if line.strip()]
     except OSError:
         return []
+
+
+def cpu_seconds(paths: list[str]) -> float | None:
+    """The CPU time (user and system) that the processes of a job's groups have used so far, in seconds: those still
+    running and those that ended (cgroup v1 cpuacct, cgroup v2 cpu.stat); None where no group counts it."""
+    for path in paths:
+        try:
+            with open(os.path.join(path, "cpuacct.usage")) as f:
+                return int(f.read()) / 1e9
+        except (OSError, ValueError):
+            pass
+        try:
+            with open(os.path.join(path, "cpu.stat")) as f:
+                for line in f:
+                    if line.startswith("usage_usec "):
+                        return int(line.split()[1]) / 1e6
+        except (OSError, ValueError, IndexError):
+            pass
+    return None
 
 
 def job_paths() -> list[str]:

@@ -16,6 +16,16 @@ KERNEL_HUNG = "a cell hung and the kernel stopped answering"
 TIMED_OUT = "the submission ran past its time limit"
 
 
+# A cell reached its wall-clock backstop before it had used its CPU-time limit (graders/cell_limit.py): the machine was
+# too busy to run it (or the cell waited on something). No verdict on the submission: grading it again may give one.
+TOO_SLOW = ("a cell ran past its wall-clock limit before it had used its CPU time (the machine was too busy, or the "
+            "cell waited on something): grade it again")
+
+
+# The judge could not compute a reference (its own launch or XLA run failed, or ran out of its time): no verdict.
+NO_REFERENCE = "the judge could not compute one of its references (its own run failed): grade it again"
+
+
 @dataclass
 class Result:
     student: str

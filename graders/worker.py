@@ -13,16 +13,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from graders import demonstrations, forkserver, limits, sandbox
+from graders import cell_limit, demonstrations, forkserver, limits, sandbox
 from graders.course import REPO, course_digest
 from graders.runs import STALLED, nbgrader
 from graders.slots import Slots, shared_machine_environ
-from graders.submission import KERNEL_DIED, KERNEL_HUNG, TIMED_OUT, Outcome, Task
+from graders.submission import KERNEL_DIED, KERNEL_HUNG, NO_REFERENCE, TIMED_OUT, TOO_SLOW, Outcome, Task
 
 MAX_CRASHES = 5
 
 
-STALL_GRACE = 30  # seconds past the cell timeout after which a cell that has not ended is a dead or hung kernel
+STALL_GRACE = 30  # seconds past a cell's wall-clock backstop (graders/cell_limit.py) after which it is a hung kernel
 
 
 GRADER_MEMORY_BYTES = int(os.environ.get("GRADER_OWN_MEMORY_BYTES", str(16 * 2**30)))  # the judge's, a feedback page's
@@ -99,7 +99,7 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
             Path(progress.name).touch()  # the watchdog counts from now
             Path(failure).unlink(missing_ok=True)
             proc = nbgrader(course, "autograde", lesson, f"--student={student}", "--create", "--force",
-                            timeout=left, env=env, stalled_after=task.cell_timeout + STALL_GRACE,
+                            timeout=left, env=env, stalled_after=cell_limit.wall_seconds(task.cell_timeout) + STALL_GRACE,
                             server=slots.nbgraders[uid])
             graded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
             if proc.returncode == 0 and graded.is_file():
@@ -108,12 +108,13 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
             cell = _read_int(progress.name)
             skippable = why in (KERNEL_DIED, KERNEL_HUNG, limits.PROCESS_LIMIT) and cell is not None
             if not skippable or cell in skipped or len(skipped) >= MAX_CRASHES:
-                return Outcome("not graded: " + why)
+                return Outcome("not graded: " + why + (f" (cell {cell})" if why == TOO_SLOW and cell is not None else ""))
             skipped[cell] = why
         solution = course / "solutions" / lesson / f"{lesson}.ipynb"
         verdict = _judge(slots.judges[uid], solution, graded, verdicts, slots.memo, max(60.0, deadline - time.monotonic()))
-        if "error" in verdict:
-            return Outcome("not graded: the judge failed on it (the grader's log has its traceback)")
+        if "error" in verdict:  # (a reference it could not compute: helpers.grading.ReferenceFailed, no verdict)
+            return Outcome("not graded: " + (NO_REFERENCE if "ReferenceFailed" in verdict["error"] else
+                                             "the judge failed on it (the grader's log has its traceback)"))
         flags = tuple(dict.fromkeys(verdict["flags"] + (_read_json(canaries) or [])))
         notebook = read_notebook_text(graded)
     status = "graded"
@@ -157,7 +158,8 @@ def _read_int(path: str) -> int | None:
 # What stopped nbgrader, as graders/execute.py records it (an exception class of nbclient or its own), and
 # the status it gives the submission. Only the grader's own observations decide a status: a kernel can write
 # anything on its stderr, which nbgrader's output carries.
-FAILURES = {"DeadKernelError": KERNEL_DIED, "CellTimeoutError": KERNEL_HUNG, "ProcessLimitReached": limits.PROCESS_LIMIT}
+FAILURES = {"DeadKernelError": KERNEL_DIED, "CellTimeoutError": KERNEL_HUNG, "ProcessLimitReached": limits.PROCESS_LIMIT,
+            "CellTooSlow": TOO_SLOW}  # (graders/cell_limit.py: no verdict, not even on that cell)
 
 
 def reason(proc, failure_file: str | None = None) -> str:

@@ -16,6 +16,12 @@ graph, no thread pool yet): as fresh, for those settings, as a new process. It i
 
 A job that fails is raised here from the job's own frames (`raise_at`): a notebook shows the line of the student's
 code that failed, not the helpers' frames in between (`helpers.launch` does the same for its ranks).
+
+Time limits count CPU time, not the clock: `timeout_s` is the CPU-seconds a job's processes may use (its session's,
+read from /proc; the clock only where there is no /proc), and a server's imports have SERVER_START_CPU_S. On a busy
+machine a job takes longer, never fails for that: a right answer graded while the machine was loaded lost its points
+to these limits counted in wall-clock seconds (issue 39). A job that waits without computing is stopped by its caller
+(Jupyter's stop button; the grader's own wall-clock backstop, which grades nothing: graders/cell_limit.py).
 """
 
 from __future__ import annotations
@@ -41,13 +47,15 @@ import cloudpickle
 
 from ._validate import boolean, positive_int, positive_number, str_dict
 
-SERVER_START_TIMEOUT_S = 300
+SERVER_START_CPU_S = 300  # CPU-seconds a server's imports may take (torch_xla's: about 5)
+POLL_S = 1.0  # how often a waiting call reads the CPU time its job has used
 
 
 def run(fn, *args, env: dict | None = None, timeout_s: float = 300, with_log: bool = False,
         server: ForkServer | None = None, **kwargs):
     """`fn(*args, **kwargs)` in a fresh process (with `env` added to this one's environment), or in a child
-    forked by `server`. With `with_log=True`: `(result, what the process wrote on stderr)`."""
+    forked by `server`. With `with_log=True`: `(result, what the process wrote on stderr)`. Past `timeout_s`
+    CPU-seconds of its processes, TimeoutError (the clock's seconds do not count: see the module's docstring)."""
     __tracebackhide__ = True  # IPython shows a failed job's traceback from the cell straight to the job's own code
     boolean("with_log", with_log)
     if server is not None and not isinstance(server, ForkServer):
@@ -167,12 +175,10 @@ def _start_fresh(job: str, result: str, env: dict, timeout_s: float, children: _
     cmd = [sys.executable, "-m", "helpers.fresh", job, result, str(os.getpid())]
     with tempfile.TemporaryFile("w+", errors="replace") as log:
         proc = children.start(cmd, {**os.environ, **env}, log)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        if not _within(lambda wait_s: _ended(proc, wait_s), proc.pid, timeout_s):  # its session: proc.pid
             _kill_group(proc)
             proc.wait()
-            raise _timeout(timeout_s) from None
+            raise _timeout(timeout_s)
         _kill_group(proc)  # the workers it left behind (the group outlives its leader while they run)
         log.seek(0)
         return proc.returncode, log.read()
@@ -194,7 +200,49 @@ def _kill_group_id(group: int) -> None:
 
 
 def _timeout(timeout_s: float) -> TimeoutError:
-    return TimeoutError(f"the process ran past timeout_s={timeout_s} s and was stopped")
+    return TimeoutError(f"the process used more than timeout_s={timeout_s} CPU-seconds and was stopped")
+
+
+def _ended(proc: subprocess.Popen, wait_s: float) -> bool:
+    try:
+        proc.wait(timeout=wait_s)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def _within(done, session: int, cpu_s: float) -> bool:
+    """Wait until `done(POLL_S)` says so (True), or until the processes of `session` have used `cpu_s` CPU-seconds
+    more than when the wait began (False): the clock of a busy machine decides nothing. Where /proc cannot tell, the
+    seconds of the clock count instead."""
+    start, cpu_at_start = time.monotonic(), session_cpu_seconds(session)
+    while not done(POLL_S):
+        cpu = session_cpu_seconds(session)
+        used = time.monotonic() - start if cpu is None or cpu_at_start is None else cpu - cpu_at_start
+        if used > cpu_s:
+            return False
+    return True
+
+
+def session_cpu_seconds(session: int) -> float | None:
+    """The CPU time (user and system) of the processes of `session`, with what they waited for of their children's,
+    in seconds; None where /proc cannot tell (not Linux)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    ticks = 0
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # after the command's name: state is field 3
+            if int(fields[3]) == session:  # field 6; utime, stime, cutime, cstime are fields 14 to 17
+                ticks += sum(int(v) for v in fields[11:15])
+        except (OSError, ValueError, IndexError):  # it ended meanwhile
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class ForkServer:
@@ -220,7 +268,7 @@ class ForkServer:
             try:
                 conn = self._connection()
                 conn.send((job, result, log.name, env))
-                if not conn.poll(timeout_s):
+                if not _within(conn.poll, self._proc.pid, timeout_s):  # the job runs in the server's session
                     raise _timeout(timeout_s)
                 return _receive(conn, self._proc), log.read()
             except BaseException:
@@ -252,7 +300,7 @@ class ForkServer:
                 group = _receive_apart(own)
                 children.adopt(group)
                 own.send((job, result, log.name, env))
-                if not own.poll(timeout_s):
+                if not _within(own.poll, group, timeout_s):  # the leader's session: the job and its workers
                     raise _timeout(timeout_s)
                 code = _receive_apart(own)
                 children.release(group)  # its leader killed the job's group once the job had ended
@@ -302,8 +350,8 @@ class ForkServer:
                 pass_fds=[theirs.fileno()], env={**os.environ, **self.env}, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self._conn = Connection(ours.detach())
-        if not self._conn.poll(SERVER_START_TIMEOUT_S):
-            raise RuntimeError(f"the fork server did not import {self.modules} within {SERVER_START_TIMEOUT_S} s")
+        if not _within(self._conn.poll, self._proc.pid, SERVER_START_CPU_S):  # (a server that died: EOF, readable)
+            raise RuntimeError(f"the fork server did not import {self.modules} within {SERVER_START_CPU_S} CPU-seconds")
         problem = _receive(self._conn, self._proc)
         if problem is not None:
             raise RuntimeError(f"the fork server could not start:\n{problem}")

@@ -255,10 +255,23 @@ def in_grader_words(reports) -> list[str]:
     return list(dict.fromkeys(r if type(r) is str and r in KERNEL_CHANGES else UNKNOWN_CHANGE for r in reports[:50]))
 
 
+class ReferenceFailed(RuntimeError):
+    """A judge part's reference could not be computed (its launch or XLA run failed, or ran out of its time): the
+    grader's own failure, which says nothing of the submission. The judge then gives no verdict at all (the submission
+    is not graded: graders/judge.py), instead of failing the test whose reference it is."""
+
+
+def _computed(key: str, compute):
+    try:
+        return compute()
+    except Exception as error:  # noqa: BLE001 - whatever it was, it is the grader's, not the student's
+        raise ReferenceFailed(f"the reference {key!r} could not be computed: {type(error).__name__}: {error}") from error
+
+
 def reference(key: str, compute):
     """compute(): a judge part's expensive reference (launched processes, an XLA run). The judge keeps it,
     keyed by `key` (which must name every input), in GRADER_JUDGE_MEMO for the other submissions of the
-    same grading run; anywhere else it is simply computed."""
+    same grading run; anywhere else it is simply computed. If compute() raises, ReferenceFailed."""
     import hashlib
     import os
 
@@ -267,14 +280,14 @@ def reference(key: str, compute):
         raise ValueError(f"compute must be callable, got {_type(compute).__name__}")
     folder = os.environ.get("GRADER_JUDGE_MEMO")
     if not folder:
-        return decode(encode(compute()))
+        return decode(encode(_computed(key, compute)))
     path = os.path.join(folder, hashlib.sha256(key.encode()).hexdigest() + ".json")
     try:
         with open(path) as f:
             return decode(json.load(f))
     except (OSError, ValueError):
         pass
-    data = encode(compute())
+    data = encode(_computed(key, compute))
     partial = f"{path}.{os.getpid()}"
     with open(partial, "w") as f:
         json.dump(data, f)

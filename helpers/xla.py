@@ -71,7 +71,7 @@ def warm_up() -> None:
 def run(fn, *args, n_devices: int | None = None, virtual: bool = False, timeout_s: float = 300,
         with_log: bool = False, **kwargs):
     """Run `fn(*args, **kwargs)` in a fresh process on XLA devices and return its result
-    (with `with_log=True`, also what XLA logged on stderr)."""
+    (with `with_log=True`, also what XLA logged on stderr). `timeout_s` counts its CPU-seconds (helpers.fresh)."""
     __tracebackhide__ = True  # an error shows the student's code, not the launcher (IPython hides this frame)
     if not available():
         raise XLAUnavailable(MISSING)

@@ -29,9 +29,9 @@ from graders import pipeline, sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 SANDBOXED = sandbox.available() is None
-# Above the slowest cell of lessons 2-4 with two workers sharing two cores (lesson 4's XLA cells: ~15 s alone),
-# or a correct solution would lose points to the timeout. Lesson 1's cells take a second: its hangs pay 20 s (a fork bomb
-# fills its job's process limit in about 10 s here alone, each fork copying a kernel that imported torch).
+# A cell's limit, in CPU-seconds of its job (graders/cell_limit.py: a busy machine slows a cell, never fails it), above the
+# slowest cell of lessons 2-4. Lesson 1's cells take a second: its infinite loop pays 20 CPU-seconds (a fork bomb fills
+# its job's process limit in about 10 s here alone, each fork copying a kernel that imported torch).
 CELL_TIMEOUT = 120
 LESSON_TIMEOUTS = {LESSON: 20}
 

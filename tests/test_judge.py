@@ -200,6 +200,43 @@ def test_the_judge_scores_the_data_and_flags_a_tampered_kernel(outputs, passed, 
     assert bool(result["flags"]) is flagged, result["flags"]
 
 
+SLOW_REFERENCE = '''assert f(1) == 1
+### BEGIN HIDDEN TESTS
+# [collect]
+_got = grading.collect("t_tests", f(2))
+# [judge]
+def _reference():  # the judge's own run, stopped at its time limit (an XLA run or a launch, on a busy machine)
+    raise TimeoutError("the process used more than timeout_s=1 CPU-seconds and was stopped")
+assert _got == grading.reference("t reference", _reference), "wrong"
+### END HIDDEN TESTS
+'''
+
+
+def test_a_reference_the_judge_cannot_compute_is_no_verdict_on_the_submission(tmp_path, monkeypatch):
+    """Issue 39: lesson 4's spmd test computes its references with XLA runs in the judge. One that fails (out of its
+    time, or crashed) is the grader's failure: the judge reports an error (the submission is not graded), it does not
+    fail the student's test."""
+    monkeypatch.delenv("GRADER_JUDGE_MEMO", raising=False)
+    solution, graded = _notebooks([_collection(4)])
+    solution.cells[0].source = graded.cells[0].source = "from helpers import grading"
+    solution.cells[1].source = graded.cells[1].source = SLOW_REFERENCE
+    for name, nb in (("solution", solution), ("graded", graded)):
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    out = tmp_path / "verdicts.json"
+    assert judge.main([str(tmp_path / "solution.ipynb"), str(tmp_path / "graded.ipynb"), str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert "cells" not in result and "ReferenceFailed" in result["error"] and "t reference" in result["error"], result
+    def slow():
+        raise TimeoutError("slow")
+
+    for memo in (None, tmp_path):  # the judge's folder of references, or none
+        if memo:
+            monkeypatch.setenv("GRADER_JUDGE_MEMO", str(memo))
+        with pytest.raises(grading.ReferenceFailed, match="TimeoutError: slow"):
+            grading.reference("k2", slow)
+    assert not list(tmp_path.glob("*.json.*")), "nothing half-written is left for the next judge"
+
+
 def test_the_judge_never_runs_the_students_code():
     """The judge part sees only data: a collected value that would run code if executed stays a string."""
     solution, graded = _notebooks([_collection("__import__('os').system('touch /tmp/judge-ran-student-code')")])
