@@ -1,5 +1,5 @@
 """The formgrader's Autograde button, graded as `make grade` grades: a Jupyter server extension (enabled by
-graders/jupyter_server_config.py, which `make lab` finds through JUPYTER_CONFIG_PATH) that answers the button's
+graders/jupyter_server_config.py, which `make instructor` finds through JUPYTER_CONFIG_PATH) that answers the button's
 request by running the grading pipeline (graders/pipeline.py) for that one submission, in the same sandbox, with
 the same judge, the same records (autograded/, the gradebook, feedback/, grades.csv) and the same feedback page.
 

@@ -13,7 +13,7 @@ PIPELINE = "GRADER_PIPELINE"  # set by graders/pipeline.py for the runs it start
 REFUSAL = ("This autograde would run student code without the grading sandbox and without the judge, so its "
            "grades could differ from the course's. Grade with `make grade` (python -m graders.pipeline grade; "
            "`make grade STUDENT=id LESSON=name` for one submission) from the course root, or with the "
-           "formgrader's Autograde button in `make lab`: every submission then gets the same sandbox and judge. "
+           "formgrader's Autograde button in `make instructor`: every submission then gets the same sandbox and judge. "
            "Nothing was changed: the grades recorded before are kept.")
 
 

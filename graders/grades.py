@@ -61,6 +61,7 @@ def write_grades_csv(root: Path, results: list[Result]) -> Path:
 
 
 COLUMNS = ("student", "lesson", "status", "flags", "score", "max_score", "seconds")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet would run as a formula
 
 
 def _earlier_results(path: Path) -> list[Result]:
@@ -76,7 +77,7 @@ def _earlier_results(path: Path) -> list[Result]:
 
 def _plain(value: str) -> str:
     """A field as the grader wrote it, without the quote `_inert` put before it."""
-    return value[1:] if value.startswith("'") and value[1:2] in ("=", "+", "-", "@", "\t", "\r") else value
+    return value[1:] if value.startswith("'") and value[1:].startswith(FORMULA_STARTS) else value
 
 
 @contextlib.contextmanager
@@ -92,7 +93,7 @@ def _locked(root: Path):
 
 def _inert(value):
     """A CSV field a spreadsheet shows as text: one starting like a formula (=, +, -, @) gets a quote first."""
-    if isinstance(value, str) and value.startswith(("=", "+", "-", "@", "\t", "\r")):
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
         return "'" + value
     return value
 

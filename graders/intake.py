@@ -36,7 +36,7 @@ def submissions(root: Path, course_lessons: list[str], timeouts: dict[str, int],
     instructor's demonstrations in every submission, a collection of student ids in theirs only. `only_students`:
     these students' submissions only (default: everybody's)."""
     submitted = root / "submitted"
-    students = sorted(d.name for d in submitted.iterdir() if d.is_dir()) if submitted.is_dir() else []
+    students = submitters(root)
     if only_students is not None:
         students = [s for s in students if s in set(only_students)]
     digest = course_digest()
@@ -59,6 +59,12 @@ def submissions(root: Path, course_lessons: list[str], timeouts: dict[str, int],
                     tasks.append(Task(student, lesson, files, digest, sandboxed, timeouts[lesson], submission_timeout,
                                       sources[lesson], demonstrations))
     return results, tasks
+
+
+def submitters(root: Path) -> list[str]:
+    """The folders of submitted/: one per student who submitted anything."""
+    submitted = root / "submitted"
+    return sorted(d.name for d in submitted.iterdir() if d.is_dir()) if submitted.is_dir() else []
 
 
 def _files(folder: Path) -> dict[str, bytes] | str:

@@ -1,4 +1,4 @@
-"""The course's Jupyter server settings, found through JUPYTER_CONFIG_PATH=graders (make lab): the formgrader's
+"""The course's Jupyter server settings, found through JUPYTER_CONFIG_PATH=graders (make instructor): the formgrader's
 Autograde button grades through the grading pipeline (graders/formgrader.py)."""
 import os
 import sys

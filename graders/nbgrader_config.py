@@ -4,8 +4,8 @@ The course root is the repository root: `solutions/` holds the instructor source
 folder per lesson), `notebooks/` the released student versions. The gradebook (gradebook.db) and
 submitted/, autograded/, feedback/ live at the root too and stay out of git.
 
-Use it through `make release` / `make grade` (graders/pipeline.py) and `make lab` (whose formgrader and
-Validate button find it through JUPYTER_CONFIG_PATH=graders), or by hand from the root, with the venv's bin
+Use it through `make release` / `make grade` (graders/pipeline.py), `make instructor` (whose formgrader finds it
+through JUPYTER_CONFIG_PATH=graders) and `make lab` (the students' Validate button: graders/student/), or by hand from the root, with the venv's bin
 on PATH (nbgrader runs `alembic` from PATH when it creates the gradebook):
     PATH=$PWD/.venv/bin:$PATH nbgrader <command> --JupyterApp.config_file=graders/nbgrader_config ...
 (nbgrader adds the ".py" itself, and ignores a `--config=` option.)

@@ -31,7 +31,7 @@ from pathlib import Path
 from graders import sandbox
 from graders.course import REPO, lessons
 from graders.grades import report, write_grades_csv
-from graders.intake import submissions
+from graders.intake import submissions, submitters
 from graders.record import Recorder
 from graders.release import release
 from graders.slots import UID_BLOCK
@@ -65,7 +65,7 @@ def grade(root: Path = REPO, cell_timeout: int = 300, submission_timeout: int = 
     if jobs > UID_BLOCK:
         raise ValueError(f"jobs must be at most {UID_BLOCK}, got {jobs}")
     course_lessons = _chosen("only_lessons", only_lessons, lessons(root))
-    students = None if students is None else _chosen("students", students, _submitters(root))
+    students = None if students is None else _chosen("students", students, submitters(root))
     recorder = Recorder(root)
     try:
         return _grade_with(recorder, root, course_lessons, cell_timeout, submission_timeout, jobs, sandboxed,
@@ -84,11 +84,6 @@ def _chosen(name: str, chosen, available: list[str]) -> list[str]:
     if unknown or not chosen:
         raise UnknownChoice(f"{name} names {unknown or 'nothing'}; there are: {available}")
     return [a for a in available if a in set(chosen)]
-
-
-def _submitters(root: Path) -> list[str]:
-    submitted = root / "submitted"
-    return sorted(d.name for d in submitted.iterdir() if d.is_dir()) if submitted.is_dir() else []
 
 
 def _grade_with(recorder, root, course_lessons, cell_timeout, submission_timeout, jobs, sandboxed, scheduler, log,
@@ -155,7 +150,7 @@ def main(argv=None) -> int:
         for path in release(root):
             print("released", path.relative_to(root))
         return 0
-    if args.command == "gradebook":  # the lessons in gradebook.db, for the formgrader (make lab)
+    if args.command == "gradebook":  # the lessons in gradebook.db, for the formgrader (make instructor)
         recorder = Recorder(root)
         try:
             for lesson in lessons(root):

@@ -1,5 +1,5 @@
-"""The formgrader as an instructor meets it after `make lab`, in headless Chromium: on a fresh course folder (the
-lessons recorded by `python -m graders.pipeline gradebook`, as `make lab` does, and one submission), the lesson list
+"""The formgrader as an instructor meets it after `make instructor`, in headless Chromium: on a fresh course folder (the
+lessons recorded by `python -m graders.pipeline gradebook`, as `make instructor` does, and one submission), the lesson list
 shows the lessons, not a database traceback, and the Autograde button grades a submission through the grading
 pipeline (graders/formgrader.py): the same scores, status, flags and feedback as `make grade`, and a grading that
 fails keeps the grade recorded before."""
@@ -129,7 +129,7 @@ def test_the_formgraders_autograde_button_grades_as_make_grade_and_never_loses_a
     runtime = tmp_path / "runtime"
     env["JUPYTER_RUNTIME_DIR"] = str(runtime)
     log = tmp_path / "server.log"
-    with open(log, "wb") as out:  # as `make lab` starts it, from another folder
+    with open(log, "wb") as out:  # as `make instructor` starts it, from another folder
         server = subprocess.Popen(
             [str(BIN / "jupyter"), "lab", f"--ServerApp.root_dir={root}", "--allow-root", "--no-browser",
              "--ServerApp.open_browser=False", "--ServerApp.ip=127.0.0.1", "--ServerApp.port=0",

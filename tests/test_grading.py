@@ -323,7 +323,7 @@ def test_grading_leaves_the_student_notebooks_as_make_release_wrote_them(tmp_pat
 
 def test_the_formgraders_autograde_is_refused_with_the_right_command(tmp_path):
     """The formgrader's Autograde button (NbGraderAPI.autograde, with the course's config) would run student code
-    without the sandbox and the judge: it is refused, with a message naming `make grade`. `make lab` records the
+    without the sandbox and the judge: it is refused, with a message naming `make grade`. `make instructor` records the
     lessons in the gradebook first, so that the formgrader works on a fresh clone."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
