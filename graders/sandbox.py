@@ -139,12 +139,19 @@ def command(workdir: str, ipc_dir: str, ready_fd: int, info_fd: int, seccomp_fd:
     """The jail's command line, with a placeholder inside (the sandbox user's shell: it writes a byte to `ready_fd`
     once the jail is built, then sleeps) that graders/warm_kernel.py's kernel joins; bwrap writes the host pid of
     the jail's first process to `info_fd`. `seccomp_fd` is an inherited file descriptor holding graders/seccomp.py's `program()`."""
+    from graders import jail_etc
+
     uid, gid = sandbox_ids()
     keep_readonly = [sys.base_prefix, sys.prefix] + [p for p in os.environ.get("GRADER_READONLY", "").split(os.pathsep) if p]
     size = ["--size", os.environ.get(*TMPFS_BYTES)]
+    accounts = {name: jail_etc.with_entry(name, line, uid) for name, line in (  # getpass/pwd must know the uid
+        ("passwd", f"grader:x:{uid}:{gid}:grading sandbox:{workdir}:/usr/sbin/nologin\n"), ("group", f"grader:x:{gid}:\n"),
+        ("hosts", "::1 localhost\n::ffff:127.0.0.1 localhost\n"))}  # no DNS in here: loopback by file
     mounts = []
     for path in SYSTEM:  # an allow-list: nothing else of the machine (homes, /srv, /opt, /var, /run) exists inside
-        if os.path.islink(path):
+        if path == "/etc":
+            mounts += jail_etc.own_etc(accounts)
+        elif os.path.islink(path):
             mounts += ["--symlink", os.readlink(path), path]  # merged /usr: /bin -> usr/bin
         elif os.path.isdir(path):
             mounts += ["--ro-bind", path, path]
@@ -157,10 +164,6 @@ def command(workdir: str, ipc_dir: str, ready_fd: int, info_fd: int, seccomp_fd:
     # autograded folder): what the student's code writes or links there never reaches the folder that
     # nbgrader, as root, writes the graded notebook and the feedback from, nor the machine's disk.
     workdir_mount = ["--perms", "1777", *size, "--tmpfs", workdir]
-    for name, line in (("passwd", f"grader:x:{uid}:{gid}:grading sandbox:{workdir}:/usr/sbin/nologin\n"),
-                       ("group", f"grader:x:{gid}:\n"),
-                       ("hosts", "::1 localhost\n::ffff:127.0.0.1 localhost\n")):  # no DNS in here: loopback by file
-        mounts += ["--ro-bind", _with_entry(name, line, uid), f"/etc/{name}"]  # getpass/pwd must know the uid
     binds = [("--ro-bind", p, p) for p in keep_readonly if os.path.exists(p)]
     binds += [("--bind", ipc_dir, ipc_dir)]
     made: set[str] = set()
@@ -195,26 +198,6 @@ def accelerator_devices() -> list[str]:
     import glob
 
     return sorted(p for pattern in ACCELERATOR_DEVICES for p in glob.glob(pattern) if not os.path.isdir(p))
-
-
-def _with_entry(name: str, line: str, uid: int) -> str:
-    """A copy of /etc/<name> with one more entry, for the sandbox's uid (torch and Lightning look it up).
-    Written as a new file put in place atomically: a running jail of the same uid has the previous one
-    bind-mounted, and a rewrite in place would show it (and a kernel starting meanwhile) a truncated file."""
-    folder = "/run" if os.path.isdir("/run") and os.access("/run", os.W_OK) else "/tmp"
-    path = os.path.join(folder, f"grader-{name}-{uid}")
-    with open(f"/etc/{name}") as f:
-        lines = [l if l.endswith("\n") else l + "\n" for l in f if not l.startswith(("grader:", "::1 localhost\n"))]
-    fd, partial = tempfile.mkstemp(prefix=f".grader-{name}-{uid}-", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), 0o644)
-            f.writelines(lines + [line])
-        os.replace(partial, path)
-    except BaseException:
-        os.unlink(partial)
-        raise
-    return path
 
 
 def _traversable_parents(path: str, made: set[str]) -> list[str]:

@@ -18,7 +18,7 @@ import pytest
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
-from graders import sandbox, seccomp, slots, warm_kernel
+from graders import jail_etc, sandbox, seccomp, slots, warm_kernel
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
 
@@ -235,14 +235,14 @@ def test_account_files_are_replaced_never_rewritten_in_place():
     showed a kernel of the same uid starting meanwhile no entry for its uid (getpwuid(): uid not found)."""
     uid = UID + 1
     line = f"grader:x:{uid}:{uid}:grading sandbox:/nowhere:/usr/sbin/nologin\n"
-    path = sandbox._with_entry("passwd", line, uid)
+    path = jail_etc.with_entry("passwd", line, uid)
     with open(path) as bound:  # the file a running jail sees
         before = bound.read()
         stop, misses = threading.Event(), []
 
         def rewrite():
             while not stop.is_set():
-                sandbox._with_entry("passwd", line, uid)
+                jail_etc.with_entry("passwd", line, uid)
 
         writer = threading.Thread(target=rewrite)
         writer.start()
