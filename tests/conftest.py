@@ -35,7 +35,7 @@ CLASS_TESTS = ("tests/test_grading.py", "tests/test_corpus.py", "tests/test_clus
 ANYWHERE = ("tests/test_xla.py", "tests/test_answers.py::test_answer_is_judged_right",
             "tests/test_setup_cell.py", "tests/test_notebooks.py",  # setup cells in fresh interpreters; release checks
             "tests/test_runtimes.py::test_lesson_4_part_b_runs_on_one_xla_device",  # its kernel on unix sockets
-            "tests/test_jail.py",  # kernels in jails, each with a network of its own
+            "tests/test_jail.py", "tests/test_account.py",  # kernels in jails, each with a network of its own
             "solutions", "tests/test_degenerate.py", "tests/test_backend_behaviour.py", "tests/test_tracebacks.py",
             "tests/test_forkserver.py", "tests/test_warm_up.py", "tests/test_launch.py", "tests/test_ddp.py",
             "tests/test_amp.py",

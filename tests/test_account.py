@@ -3,6 +3,7 @@ instructor adding a user (useradd renames a new /etc/passwd in) while a submissi
 account away. Before, torch_xla's import in such a kernel ended in "getpwuid(): uid not found" and lost the points
 of every XLA-backed hidden test."""
 
+import fcntl
 import os
 import shutil
 
@@ -20,10 +21,13 @@ print(json.dumps(open("/etc/hosts").read()))
 
 
 def _replace_as_useradd_does(path: str) -> None:
-    """A new file with the same content renamed over `path`, as shadow-utils' useradd and vipw write it."""
+    """A new file with the same content renamed over `path`, as shadow-utils' useradd and vipw write it, under
+    their lock (lckpwdf's: tests/test_exchange.py adds users meanwhile)."""
     fresh = f"{path}.course-test"
-    shutil.copy2(path, fresh)
-    os.replace(fresh, path)
+    with open("/etc/.pwd.lock", "a") as lock:
+        fcntl.lockf(lock, fcntl.LOCK_EX)
+        shutil.copy2(path, fresh)
+        os.replace(fresh, path)
 
 
 def test_the_machine_replacing_its_account_files_leaves_the_jails_alone(tmp_path_factory, server):  # noqa: F811
