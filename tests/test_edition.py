@@ -1,6 +1,7 @@
 """The Turkish edition (i18n/): every text translated and current, the same code as the English, and feedback in
 the submission's language. The site in both languages is tested in tests/test_site.py, the grading of Turkish
-submissions in the class (tests/test_grading.py)."""
+submissions in the class (tests/test_grading.py), the Turkish text's terms, register, suffixes and glosses against
+its glossary in tests/test_turkish_style.py."""
 
 import copy
 import re
