@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import ast
 
+from graders import audit_source
+from graders.audit_values import Values, parents_of
+
 # Helper functions the judges use as ground truth: an answer that calls one hands the judge its own answer.
 REFERENCES = {
     "helpers.ddp": {"reference_train", "large_batch_reference", "global_batch", "linear_scaled_lr"},
@@ -45,11 +48,16 @@ FORBIDDEN_IN = {
 }
 DYNAMIC_CALLS = {"eval", "exec", "compile", "globals", "locals", "vars", "breakpoint", "delattr", "setattr"}
 NAME_CALLS = {"getattr", "hasattr"}  # fine with a literal public name
-IMPORT_CALLS = {"__import__", "import_module"}  # fine with a literal module name
+IMPORT_CALLS = {"__import__", "importlib.import_module"}  # fine with a literal module name
+# Every way of starting a program (an interpreter among them): by value, and by the names only such functions have.
+PROGRAMS = {"os.system", "os.popen", "os.fork_exec", "pty.spawn", "pty.fork", "os.forkpty", "os.startfile"}
+PROGRAM_NAMES = ("posix_spawn", "execv", "execl", "spawnv", "spawnl", "set_executable", "Popen", "check_output",
+                 "check_call", "getstatusoutput", "create_subprocess_", "startfile", "fork_exec")
 MODULES = {  # importing these is reaching the machinery that runs the code, not the lesson's libraries
     "importlib", "imp", "runpy", "pkgutil", "zipimport", "inspect", "ctypes", "gc", "linecache", "marshal",
     "pickle", "dill", "cloudpickle", "builtins", "IPython", "ipykernel", "traitlets", "types", "code", "codeop",
     "dis", "subprocess", "multiprocessing.reduction", "sysconfig", "site", "atexit", "signal", "faulthandler",
+    "pty", "pydoc", "pdb", "bdb", "trace", "cProfile", "profile", "unittest", "cffi", "pexpect", "sh", "plumbum",
 }
 SYS_ATTRIBUTES = {"modules", "meta_path", "path_hooks", "path_importer_cache", "settrace", "setprofile",
                   "addaudithook", "excepthook", "displayhook", "_getframe", "stdout", "stderr", "__stdout__",
@@ -66,20 +74,10 @@ MAGICS = {**dict.fromkeys(("matplotlib", "autoreload", "xmode", "time", "timeit"
           "config": lambda line: line.strip().startswith("InlineBackend."),
           "load_ext": lambda line: line.strip() == "autoreload"}
 SETTABLE = ("torch.backends.", "matplotlib.rcParams", "os.environ", "plt.rcParams", "warnings.filters")
-
-
-def audit(cells: list[tuple[str, str, set]], course_modules=frozenset()) -> list[str]:
-    """Flags for the student's code cells: [(where, source, forbidden)], `where` naming the cell in the
-    grader's words and `forbidden` the functions that the exercises it can serve ask to do without.
-    `course_modules`: top-level modules the instructor's notebook imports (known even where not installed)."""
-    aliases = dict(ALIASES)
-    found = []
-    for where, source, forbidden in cells:
-        tree = _parse(source)
-        if tree is None:  # a cell that does not compile runs nothing
-            continue
-        found += [f"{where}: {rule}" for rule in _rules(tree, aliases, forbidden, frozenset(course_modules))]
-    return list(dict.fromkeys(found))
+FORBIDDEN = "calls a function this exercise asks you to do without"
+COMPUTED = "reaches an attribute by a computed or private name"
+PROGRAM = "starts a program from the notebook"
+MACHINERY = "reaches the interpreter's machinery (sys.modules, frames, hooks)"
 
 
 # The names the lessons' import cells bind (instructor code, the same in every lesson): module aliases.
@@ -89,13 +87,28 @@ ALIASES = {"dp": "helpers.dataparallel", "ddp": "helpers.ddp", "amp": "helpers.a
            "launch": "helpers.launch", "checkpoints": "helpers.checkpoints", "models": "helpers.models",
            "data": "helpers.data", "F": "torch.nn.functional", "nn": "torch.nn", "dist": "torch.distributed",
            "mp": "torch.multiprocessing", "plt": "matplotlib.pyplot", "json": "json", "tempfile": "tempfile"}
+MODULE_VALUES = {*ALIASES.values(), *REFERENCES, "helpers"} - {ALIASES["DistributedSampler"]}
+
+
+def audit(cells: list[tuple[str, str, set]], course_modules=frozenset()) -> list[str]:
+    """Flags for the student's code cells: [(where, source, forbidden)], `where` naming the cell in the
+    grader's words and `forbidden` the functions that the exercises it can serve ask to do without.
+    `course_modules`: top-level modules the instructor's notebook imports (known even where not installed)."""
+    read = [(where, audit_source.trees(source), forbidden) for where, source, forbidden in cells]
+    values = Values(ALIASES, MODULE_VALUES)
+    values.learn([tree for _, trees, _ in read for tree in trees])
+    found = []
+    for where, trees, forbidden in read:
+        for tree in trees:
+            found += [f"{where}: {rule}" for rule in _rules(tree, values, forbidden, frozenset(course_modules))]
+    return list(dict.fromkeys(found))
 
 
 def course_modules(solution) -> frozenset:
     """The top-level modules the instructor's notebook imports (torch_xla, say, on a grader without it)."""
     found = set()
     for cell in solution.cells:
-        tree = _parse(cell.source) if cell.cell_type == "code" else None
+        tree = audit_source.parse(audit_source.transform(cell.source)) if cell.cell_type == "code" else None
         for node in ast.walk(tree) if tree else ():
             if isinstance(node, ast.Import):
                 found.update(alias.name.split(".")[0] for alias in node.names)
@@ -104,47 +117,31 @@ def course_modules(solution) -> frozenset:
     return frozenset(found)
 
 
-def _parse(source: str):
-    """The cell as Python: IPython's own transformer turns magics and shell escapes into calls first."""
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        source = TransformerManager().transform_cell(source)
-    except Exception:  # noqa: BLE001 - without IPython the cell is read as written
-        pass
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
-def _rules(tree, aliases: dict, forbidden: set, course: frozenset):
+def _rules(tree, values: Values, forbidden: set, course: frozenset):
     magic_receivers = {id(node.func.value) for node in ast.walk(tree) if _is_usual_magic(node)}
+    parents = parents_of(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield from _imports(node, aliases, forbidden, course)
-        elif isinstance(node, ast.Assign):
-            _follow_alias(node, aliases)
+            yield from _imports(node, forbidden, course)
+        elif isinstance(node, (ast.Assign, ast.Delete)):
             for target in node.targets:
-                yield from _assignment(target, aliases)
+                yield from _assignment(target, values)
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            yield from _assignment(node.target, aliases)
-        elif isinstance(node, ast.Delete):
-            for target in node.targets:
-                yield from _assignment(target, aliases)
+            yield from _assignment(node.target, values)
         elif isinstance(node, ast.Call) and id(node) not in magic_receivers:
-            yield from _call(node, aliases)
+            yield from _call(node, values, forbidden, course)
         elif isinstance(node, ast.Attribute):
-            yield from _attribute(node, aliases, forbidden)
+            yield from _attribute(values.resolve(node.value), node.attr, forbidden)
         elif isinstance(node, ast.Name):
-            yield from _name(node, aliases, forbidden)
+            yield from _name(node, values, forbidden)
+    if any(True for _ in values.escapes(tree, parents)):
+        yield "hands a module or a function that reaches names to code the audit cannot follow"
 
 
-def _imports(node, aliases: dict, forbidden: set, course: frozenset):
+def _imports(node, forbidden: set, course: frozenset):
     if isinstance(node, ast.Import):
         for alias in node.names:
             yield from _module_rule(alias.name, course)
-            aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
         return
     if node.level:
         yield "imports from a relative module"
@@ -159,13 +156,12 @@ def _imports(node, aliases: dict, forbidden: set, course: frozenset):
         yield from _module_rule(full, course)
         yield from _reference_rule(full)
         if alias.name in forbidden:
-            yield "calls a function this exercise asks you to do without"
-        aliases[alias.asname or alias.name] = full
+            yield FORBIDDEN
 
 
 def _module_rule(module: str, course: frozenset = frozenset()):
     top = module.split(".")[0]
-    if module in MODULES or top in MODULES:
+    if module in MODULES or top in MODULES or top.startswith("_"):
         yield "imports the machinery that runs code (a module the lessons' answers never need)"
     elif top and top not in course and not _installed(top):
         yield "imports a module the course does not have (one the notebook wrote itself?)"
@@ -190,40 +186,16 @@ def _reference_rule(full: str):
         yield "calls one of the course's reference implementations, which the judge uses as ground truth"
 
 
-def _follow_alias(node, aliases: dict) -> None:
-    """`m = ddp` or `f = ddp.reference_train`: later uses of the new name resolve like the old one."""
-    full = _resolve(node.value, aliases)
-    for target in node.targets:
-        if isinstance(target, ast.Name):
-            if full:
-                aliases[target.id] = full
-            else:
-                aliases.pop(target.id, None)
-
-
-def _resolve(node, aliases: dict) -> str | None:
-    """The dotted name an expression stands for, when its root is a name bound to an import."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name) and node.id in aliases:
-        return ".".join([aliases[node.id], *reversed(parts)])
-    return None
-
-
-def _assignment(target, aliases: dict):
-    if isinstance(target, (ast.Tuple, ast.List)):
-        for element in target.elts:
-            yield from _assignment(element, aliases)
+def _assignment(target, values: Values):
+    if isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
+        for element in target.elts if not isinstance(target, ast.Starred) else [target.value]:
+            yield from _assignment(element, values)
         return
     if isinstance(target, ast.Attribute):
-        full = _resolve(target, aliases)
-        if full and not full.startswith(SETTABLE):
+        if any(not full.startswith(SETTABLE) for full in values.resolve(target)):
             yield "changes an attribute of an imported module"
     elif isinstance(target, ast.Subscript):
-        full = _resolve(target.value, aliases)
-        if full and not full.startswith(SETTABLE):
+        if any(not full.startswith(SETTABLE) for full in values.resolve(target.value)):
             yield "changes an item of an imported module's data"
 
 
@@ -231,42 +203,82 @@ def _literal(node) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def _call(node, aliases: dict):
+def _call(node, values: Values, forbidden: set, course: frozenset):
     func = node.func
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-    if isinstance(func, ast.Name) and name in DYNAMIC_CALLS:
+    called = {value.removeprefix("builtins.") for value in values.resolve(func)}
+    first = _literal(node.args[0]) if node.args else None
+    if called & DYNAMIC_CALLS:
         yield "reaches names or code dynamically (eval, exec, setattr, globals, ...)"
-    if name in NAME_CALLS and isinstance(func, ast.Name):
-        attribute = _literal(node.args[1]) if len(node.args) > 1 else None
-        if attribute is None or (attribute.startswith("_") and attribute not in PUBLIC_DUNDERS):
-            yield "reaches an attribute by a computed or private name"
-    if name in IMPORT_CALLS:
-        module = _literal(node.args[0]) if node.args else None
-        if module is None:
-            yield "imports a module whose name it computes"
-        else:
-            yield from _module_rule(module)
-    if name == "get_ipython":
+        if first is not None and called & {"eval", "exec", "compile"}:
+            yield from _code_rules(audit_source.trees(first), values, forbidden, course)
+    if called & NAME_CALLS:
+        yield from _by_name(node, values, forbidden, reads="getattr" in called)
+    if called & {"operator.attrgetter", "operator.methodcaller"}:
+        names = node.args if "operator.attrgetter" in called else node.args[:1]
+        for part in [_literal(a) for a in names] or [None]:
+            if part is None or any(a.startswith("_") and a not in PUBLIC_DUNDERS for a in part.split(".")):
+                yield COMPUTED
+            for attribute in (part or "").split("."):
+                yield from _attribute(set(), attribute, forbidden)
+    if called & IMPORT_CALLS:
+        yield from _module_rule(first, course) if first is not None else ["imports a module whose name it computes"]
+    if name == "get_ipython" or "get_ipython" in called:
         yield "changes or drives the kernel (get_ipython, hooks, magics other than the usual ones)"
-    if name in ("system", "getoutput", "popen") or _resolve(func, aliases) in ("os.system", "os.popen"):
-        if not _literal_startswith(node, ("pip ", "nvidia-smi")):
-            yield "starts a program from the notebook"
-    if name == "open" and _writes_code(node):
+    if _starts_a_program(node, name, called):
+        yield PROGRAM
+        for text in _child_code(node):
+            yield from _code_rules(audit_source.trees(text), values, forbidden, course)
+    if "open" in called and _writes_code(node):
         yield "writes a Python file (code that would run unseen by the grader)"
+
+
+def _by_name(node, values: Values, forbidden: set, reads: bool):
+    """getattr(x, "name") and hasattr(x, "name"): the attribute it spells, as if written x.name."""
+    attribute = _literal(node.args[1]) if len(node.args) > 1 else None
+    if attribute is None or (attribute.startswith("_") and attribute not in PUBLIC_DUNDERS):
+        yield COMPUTED
+    elif reads:
+        yield from _attribute(values.resolve(node.args[0]), attribute, forbidden)
+
+
+def _code_rules(trees, values: Values, forbidden: set, course: frozenset):
+    """The rules for code held in a string (exec's, a child interpreter's), its own bindings learnt first."""
+    values.learn(trees)
+    for tree in trees:
+        yield from _rules(tree, values, forbidden, course)
+
+
+def _starts_a_program(node, name, called: set) -> bool:
+    """A call that starts a program; the shell escapes IPython writes for `!pip` and `!nvidia-smi` aside."""
+    if name in ("system", "getoutput") and not called:
+        return not _literal_startswith(node, ("pip ", "nvidia-smi"))
+    return bool(called & PROGRAMS) or any(v.rpartition(".")[2].startswith(PROGRAM_NAMES) for v in called | {name or ""})
+
+
+def _child_code(node) -> list[str]:
+    """The text a program start hands an interpreter to run: what follows `-c`, in a list or a command line."""
+    import shlex
+
+    texts = [text for part in ast.walk(node) if (text := _literal(part)) is not None]
+    found = [after for before, after in zip(texts, texts[1:]) if before.strip() == "-c"]  # [python, "-c", code]
+    for text in texts:  # "python -c 'code'"
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            continue
+        found += [after for before, after in zip(words, words[1:]) if before == "-c"]
+    return found
 
 
 def _is_usual_magic(node) -> bool:
     """get_ipython().run_line_magic("matplotlib", "inline") and the like, as IPython writes a magic line; and
     get_ipython().system("pip ...") (whose program _call judges)."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+    magic = audit_source.magic_call(node)
+    if magic is None:
         return False
-    receiver = node.func.value
-    if not (isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "get_ipython"):
-        return False
-    if node.func.attr in ("system", "getoutput"):
-        return True
-    magic, line = (_literal(a) for a in (node.args + [None, None])[:2]) if len(node.args) >= 2 else (None, None)
-    return node.func.attr in ("run_line_magic", "run_cell_magic") and MAGICS.get(magic, lambda _: False)(line or "")
+    what, line, _ = magic
+    return what == "!" or MAGICS.get(what, lambda _: False)(line)
 
 
 def _literal_startswith(node, prefixes) -> bool:
@@ -281,33 +293,38 @@ def _writes_code(node) -> bool:
     return bool(mode and set(mode) & set("wax")) and path is not None and path.endswith((".py", ".pth", ".so", ".pyc"))
 
 
-def _attribute(node, aliases: dict, forbidden: set):
-    attr = node.attr
+def _attribute(receivers: set, attr: str, forbidden: set):
+    """The rules for `x.attr`, where x can be any of `receivers` (dotted values; none known: the name's rules)."""
     if attr in forbidden:
-        yield "calls a function this exercise asks you to do without"
+        yield FORBIDDEN
     if attr in FRAME_ATTRIBUTES:
         yield "inspects the interpreter's frames or code objects"
     if attr.startswith("__") and attr.endswith("__") and attr not in PUBLIC_DUNDERS:
         yield "reaches an object's internals through a special attribute"
-    full = _resolve(node, aliases)
-    if full is None:
-        return
-    parts = full.split(".")
-    if full not in PUBLIC_UNDERSCORED and any(p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
-                                              for p in parts[1:]):
-        yield "reaches a private part of a library"
-    if parts[0] == "sys" and len(parts) > 1 and parts[1] in SYS_ATTRIBUTES - {"path", "stdout", "stderr"}:
-        yield "reaches the interpreter's machinery (sys.modules, frames, hooks)"
-    if parts[0] == "threading" and parts[-1] in ("settrace", "setprofile"):
-        yield "reaches the interpreter's machinery (sys.modules, frames, hooks)"
-    yield from _reference_rule(full)
+    if attr.startswith(PROGRAM_NAMES):
+        yield PROGRAM
+    for full in {f"{receiver}.{attr}" for receiver in receivers}:
+        parts = full.split(".")
+        if full not in PUBLIC_UNDERSCORED and any(p.startswith("_") and not (p.startswith("__") and p.endswith("__"))
+                                                  for p in parts[1:]):
+            yield "reaches a private part of a library"
+        if parts[0] == "sys" and len(parts) > 1 and parts[1] in SYS_ATTRIBUTES - {"path", "stdout", "stderr"}:
+            yield MACHINERY
+        if parts[0] == "threading" and parts[-1] in ("settrace", "setprofile"):
+            yield MACHINERY
+        if full in PROGRAMS:
+            yield PROGRAM
+        yield from _reference_rule(full)
 
 
-def _name(node, aliases: dict, forbidden: set):
-    if node.id in forbidden or aliases.get(node.id, "").rpartition(".")[2] in forbidden:
-        yield "calls a function this exercise asks you to do without"
+def _name(node, values: Values, forbidden: set):
+    resolved = values.resolve(node) if isinstance(node.ctx, ast.Load) else set()
+    if node.id in forbidden or any(v.rpartition(".")[2] in forbidden for v in resolved):
+        yield FORBIDDEN
     if node.id in ("__builtins__", "__loader__", "__spec__"):
         yield "reaches an object's internals through a special attribute"
-    full = aliases.get(node.id)
-    if full and isinstance(node.ctx, ast.Load):
-        yield from _reference_rule(full)
+    if node.id == audit_source.UNREADABLE.body[0].value.id:
+        yield "runs code nested too deep in strings to read"
+    if isinstance(node.ctx, ast.Load):
+        for full in resolved:
+            yield from _reference_rule(full)

@@ -2,12 +2,13 @@
 
 The instructor's source tags them "demonstration". Grading (graders/execute.py) leaves a submitted cell out only if,
 whatever the submission's metadata says: the source has a tagged cell of its id and exactly its code (a student's
-own or edited cell always runs); no later cell that runs reads a name it binds before binding it again (`globals()`,
-`In`, `_`, a magic read them all); and it leaves nothing else behind: no attribute assignment, no item assigned to
-an object it did not make, no `global`, no magic, no file written, no process setting that a `finally` does not
-restore, no import no earlier cell makes (but the standard library's), no method called on an earlier cell's object
-that a later cell reads. What reading the code cannot see (what a helper does to what it is handed, the random
-generators) tests/test_demonstrations.py and the class of tests/classroom.py check by grading with and without them.
+own or edited cell always runs); no later cell that runs reads a name it binds before binding it again (any access to
+the namespace — `globals()`, `__main__`, `sys.modules`, `user_ns`, frames, `eval`, `In`, `_`, a magic — reads them
+all); and it leaves nothing else behind: no attribute assignment, no item assigned to an object it did not make, no
+`global`, no magic, no file written, no process setting that a `finally` does not restore, no import no earlier cell
+makes (but the standard library's), no method called on an earlier cell's object that a later cell reads. What reading
+the code cannot see (what a helper does to what it is handed, the random generators) tests/test_demonstrations.py and
+the class of tests/classroom.py check by grading with and without them.
 """
 
 from __future__ import annotations
@@ -24,29 +25,30 @@ from functools import lru_cache
 TAG = "demonstration"
 SOURCE = "GRADER_DEMONSTRATIONS_SOURCE"  # the instructor's notebook whose demonstrations may be left out (unset: none)
 SKIPPED = "grader_demonstrations_skipped"  # the indices PrepareCells leaves out, in nbconvert's resources
-# Names through which a cell reads the whole namespace, or the history a skipped cell would have left.
-EVERYTHING = {"globals", "locals", "vars", "dir", "eval", "exec", "get_ipython", "__import__", "__builtins__",
-              "In", "Out", "_ih", "_oh", "_dh", "_", "__", "___", "_i", "_ii", "_iii"}
+# Names, modules and attributes through which a cell reads the whole namespace (any access reads everything), or
+# the history a skipped cell would have left; sys.modules is any `.modules` not called (a Module's .modules() is).
+NAMESPACE_MODULES = {"__main__", "builtins", "gc", "ctypes", "importlib", "IPython", "ipykernel"}  # inspect: by frames
+EVERYTHING = {"globals", "locals", "vars", "dir", "eval", "exec", "compile", "get_ipython", "__import__", "__builtins__", "In",
+              "Out", "_ih", "_oh", "_dh", "_", "__", "___", "_i", "_ii", "_iii"} | NAMESPACE_MODULES
+NAMESPACE_ATTRIBUTES = {"modules", "_getframe", "_current_frames", "user_ns", "user_global_ns", "__globals__", "__dict__",
+                        "f_globals", "f_locals", "f_back", "tb_frame", "gi_frame", "__getattribute__", "attrgetter"}
 HISTORY = re.compile(r"^_i?\d+$")
-# Calls that write files or change the process, whatever they are called on, and FILE_CALLS only on FILE_MODULES
-# (a string's replace, a list's remove write nothing).
-WRITES = {"write_text", "write_bytes", "touch", "mkdir", "makedirs", "unlink", "rmdir", "removedirs", "rmtree",
-          "symlink", "symlink_to", "hardlink_to", "chmod", "chown", "truncate", "save", "savez", "savez_compressed",
-          "savetxt", "savefig", "to_csv", "to_json", "to_parquet", "to_pickle", "chdir", "system", "popen",
-          "putenv", "unsetenv", "mkfifo", "mknod", "umask"}
+# Calls that write files or change the process, on anything; FILE_CALLS only on FILE_MODULES (a str's replace writes nothing).
+WRITES = {"write_text", "write_bytes", "touch", "mkdir", "makedirs", "unlink", "rmdir", "removedirs", "rmtree", "symlink", "umask",
+          "symlink_to", "hardlink_to", "chmod", "chown", "truncate", "save", "savez", "savez_compressed", "savetxt", "savefig",
+          "to_csv", "to_json", "to_parquet", "to_pickle", "chdir", "system", "popen", "putenv", "unsetenv", "mkfifo", "mknod"}
 FILE_MODULES = {"os", "shutil", "pathlib", "Path", "pickle", "json"}
-FILE_CALLS = {"copy", "copy2", "copyfile", "copytree", "move", "rename", "renames", "replace", "remove", "link",
-              "dump"}
-SETTINGS = {"manual_seed", "seed", "filterwarnings", "simplefilter", "resetwarnings", "use_deterministic_algorithms",
-            "rc", "use", "register"}  # and every set_...: a process setting a later cell would see
-MUTATORS = {"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear", "remove", "discard",
-            "add", "sort", "reverse"}
+FILE_CALLS = {"copy", "copy2", "copyfile", "copytree", "move", "rename", "renames", "replace", "remove", "link", "dump"}
+SETTINGS = {"manual_seed", "seed", "filterwarnings", "simplefilter", "resetwarnings", "use_deterministic_algorithms", "rc", "use",
+            "register"}  # and every set_...: a process setting a later cell would see
+MUTATORS = {"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear", "remove", "discard", "add", "sort",
+            "reverse"}
 
 
 @dataclass
 class Cell:
     body: list = field(default_factory=list)  # its statements, each with the names it reads (`reads`)
-    everything: bool = False  # it may read any name (a part of it could not be read)
+    everything: bool = False  # it may read any name (it reaches the namespace, or a part of it could not be read)
     binds: set[str] = field(default_factory=set)  # every module-level name it binds or deletes, anywhere
     imported: set[str] = field(default_factory=set)  # those an import binds
     assigned: set[str] = field(default_factory=set)  # those anything else binds
@@ -62,9 +64,8 @@ def tagged(instructor) -> dict[str, str]:
 
 
 def kept_unchanged(cells, instructor=None) -> list:
-    """The submitted cells that are one of the instructor's demonstrations, unchanged (id and source). The
-    instructor's notebook: `instructor`, or the one the worker names in SOURCE (none named: no cell). A cell of
-    another edition of the course (i18n/: the same code, its messages translated) counts as unchanged too."""
+    """The submitted cells that are one of the instructor's demonstrations, unchanged (id and source; `instructor`, or
+    the one the worker names in SOURCE, none named: no cell), or one of another edition's (i18n/: messages translated)."""
     import nbformat
 
     from i18n.catalog import code_in_editions
@@ -78,8 +79,8 @@ def kept_unchanged(cells, instructor=None) -> list:
 
 
 def skippable(cells, candidates: list[int]) -> set[int]:
-    """Which of the candidate cells (indices into `cells`, the notebook as the kernel runs it) to leave out. The
-    last is decided first: a demonstration that runs counts as a later cell for the ones before it."""
+    """Which candidate cells (indices into `cells`, as the kernel runs them) to leave out. The last is decided first:
+    a demonstration that runs counts as a later cell for the ones before it."""
     skipped: set[int] = set()
     try:
         for index in sorted(candidates, reverse=True):
@@ -111,10 +112,10 @@ def read_later(later: list[Cell], names: set[str]) -> set[str]:
     """Which of `names` a later cell reads before a cell (or that one, earlier) surely binds it again."""
     found, bound = set(), set()
     for cell in later:
-        reads, bound = _flow(cell.body, bound)
+        reads, after = _flow(cell.body, bound)
         if cell.everything or reads & EVERYTHING or any(map(HISTORY.match, reads)):
-            found |= names - bound
-        found |= reads & names
+            found |= names - bound  # what the cell itself binds may be read before it does
+        found, bound = found | (reads & names), after
     return found
 
 
@@ -199,11 +200,9 @@ def _parse(source: str):
 
 
 def _reads(table) -> set[str]:
-    """The module-level names a statement reads: its own, and those its functions, classes and comprehensions
-    read from the module's namespace."""
+    """The module-level names a statement reads: its own, and those its functions, classes and comprehensions read."""
     top = table.get_type() == "module"
-    found = {s.get_name() for s in table.get_symbols()
-             if (s.is_referenced() and (top or s.is_global())) or s.is_declared_global()}
+    found = {s.get_name() for s in table.get_symbols() if (s.is_referenced() and (top or s.is_global())) or s.is_declared_global()}
     for child in table.get_children():
         found |= _reads(child)
     return found
@@ -251,7 +250,9 @@ def _whole(tree, cell: Cell) -> None:
     cell.binds = cell.imported | cell.assigned
     local = _bound_anywhere(table)
     restored = _restored_settings(tree)
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
+        cell.everything = cell.everything or _reaches_namespace(node, called)
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             cell.problems.append("it declares a global")
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -262,22 +263,29 @@ def _whole(tree, cell: Cell) -> None:
             _imports(node, cell)
         elif isinstance(node, ast.Call):
             _call(node, cell, local, restored)
+    cell.everything = cell.everything or any(m.split(".")[0] in NAMESPACE_MODULES for m in cell.modules)
+
+
+def _reaches_namespace(node, called: set) -> bool:
+    """Whether a node reads the namespace by an attribute (sys.modules, frames, user_ns), or a getattr of one (of any
+    on sys or os)."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and node.args:
+        name = getattr(node.args[1], "value", None) if len(node.args) > 1 else None
+        return name in NAMESPACE_ATTRIBUTES if isinstance(name, str) else getattr(node.args[0], "id", "") in ("sys", "os")
+    return isinstance(node, ast.Attribute) and node.attr in NAMESPACE_ATTRIBUTES and (node.attr != "modules" or id(node) not in called)
 
 
 def _bound_anywhere(table) -> set[str]:
     """Names the cell binds in any of its scopes (a function's parameters too): the objects it makes (not modules)."""
-    found = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_parameter()}
-    for child in table.get_children():
-        found |= _bound_anywhere(child)
-    return found
+    return {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_parameter()}.union(
+        *map(_bound_anywhere, table.get_children()))
 
 
 def _imports(node, cell: Cell) -> None:
     if isinstance(node, ast.ImportFrom) and (node.level or any(a.name == "*" for a in node.names)):
         cell.problems.append("it imports relatively or with *")
-        return
     names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-        [node.module] + [f"{node.module}.{a.name}" for a in node.names]  # an imported name may be a submodule
+        [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]  # an imported name may be a submodule
     cell.modules |= {".".join(name.split(".")[:i]) for name in names for i in range(1, name.count(".") + 2)}
 
 

@@ -9,8 +9,12 @@
   base64 and their sizes numbers.
 * Markdown cells, raw cells and graders' comments become HTML cleaned by bleach against an allow-list:
   plain text markup only (headings, paragraphs, lists, code, tables, links, images), links to http, https,
-  mailto or an anchor in the page, images from http or https; any other tag is shown as text, any other
-  attribute dropped. Math stays as text for the page's MathJax (loaded with its Safe extension).
+  mailto or an anchor in the page, images only from the notebook itself (a base64 PNG, JPEG or GIF: an
+  attachment); any other tag is shown as text, any other attribute dropped. An image from anywhere else keeps
+  its alt text but loses its address: opening the page fetches nothing a student chose (a tracking beacon).
+  Math stays as text for the page's MathJax (loaded with its Safe extension).
+* The page carries a Content-Security-Policy that lets it load nothing from anywhere but the template's own
+  MathJax: no image, style, font, frame or connection from elsewhere, whatever a sanitizer missed.
 """
 
 import ast
@@ -29,6 +33,12 @@ from graders.words import ENGLISH, FRAME
 from i18n.catalog import LANGUAGES, words
 
 NOTICE = ENGLISH["notice"]
+# The page fetches nothing: not a student's address, nor the template's MathJax (no lesson writes maths; the
+# template's script tags for it are taken out, so nothing is even attempted).
+POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; font-src data:; "
+          "img-src data:; base-uri 'none'; form-action 'none'")
+REMOTE_SCRIPT = re.compile(r"<script\b[^>]*\bsrc\s*=[^>]*>\s*</script>", re.I)
+CSP = f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
 # Printed lines (a verdict among them) wrap at the page's width instead of making it scroll sideways.
 WRAP_CSS = "<style>.output_stream pre, .output_error pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style>"
 SAFE_DATA = ("text/plain", "image/png", "image/jpeg")
@@ -51,7 +61,7 @@ SAFE_ATTRIBUTES = {
 # tabs and line breaks anywhere, so a scheme spelt with any of those is refused, not parsed.
 SAFE_VALUES = {
     ("a", "href"): re.compile(r"(https?:|mailto:|#)", re.I),
-    ("img", "src"): re.compile(r"https?:", re.I),
+    ("img", "src"): re.compile(r"data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*$", re.I),
     ("input", "type"): re.compile(r"checkbox$", re.I),
 }
 
@@ -63,8 +73,13 @@ def edition(nb) -> str:
 
 
 def finished(page: str, lang: str) -> str:
-    """A rendered feedback page as the student gets it: in `lang`, its printed lines wrapped."""
-    return in_language(page, lang).replace("</head>", WRAP_CSS + "\n</head>", 1)
+    """A rendered feedback page as the student gets it: in `lang`, its printed lines wrapped, and a policy that
+    lets it load nothing remote (first in the head: it governs only what follows it)."""
+    page = REMOTE_SCRIPT.sub("", in_language(page, lang)).replace("</head>", WRAP_CSS + "\n</head>", 1)
+    head = re.search(r"<head\b[^>]*>", page, re.I)
+    if head is None:
+        raise ValueError("page has no <head>: the feedback page's security policy has nowhere to go")
+    return page[:head.end()] + "\n" + CSP + page[head.end():]
 
 
 def in_language(page: str, lang: str) -> str:
@@ -218,7 +233,8 @@ def _markdown_to_html(source: str, attachments: dict) -> str:
 
 def safe_html(text: str) -> str:
     """The allow-listed part of HTML: other tags shown as text, other attributes and comments dropped."""
-    return bleach.clean(text, tags=SAFE_TAGS, attributes=_is_safe_attribute, protocols={"http", "https", "mailto"})
+    return bleach.clean(text, tags=SAFE_TAGS, attributes=_is_safe_attribute,
+                        protocols={"http", "https", "mailto", "data"})  # data: for images only (SAFE_VALUES)
 
 
 def _is_safe_attribute(tag: str, name: str, value: str) -> bool:

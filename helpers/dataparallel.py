@@ -101,6 +101,11 @@ def pieces_problem(pieces, x: torch.Tensor, n_devices: int) -> str | None:
 
 _CHUNK_FORBIDDEN = "work out the rule yourself: torch.chunk and the course's split helpers are off limits here"
 _forbidden_message = _CHUNK_FORBIDDEN
+# The operators that split by torch.chunk's rule. They are refused in torch's dispatcher, where every route ends:
+# torch.chunk, Tensor.chunk, torch._C._VariableFunctions.chunk, torch.ops.aten.chunk, any alias of them, C++
+# callers and other threads alike.
+_CHUNK_OPS = ("chunk", "unsafe_chunk")
+_refusing = {"library": None, "depth": 0}
 
 
 def _refusal(*args, **kwargs):
@@ -109,9 +114,10 @@ def _refusal(*args, **kwargs):
 
 @contextmanager
 def chunk_forbidden(message: str = _CHUNK_FORBIDDEN):
-    """Inside this block `torch.chunk`, `Tensor.chunk` and this module's `split_sizes`/`split_indices` raise
-    AssertionError(message), however they were imported (the helpers' code is swapped, not only their names).
-    Exercise 1 asks for the split rule without them."""
+    """Inside this block aten's chunk operators (`torch.chunk`, `Tensor.chunk`, `torch.ops.aten.chunk`, however
+    reached, in any thread) and this module's `split_sizes`/`split_indices` raise AssertionError(message), however
+    they were imported (the helpers' code is swapped, not only their names). Exercise 1 asks for the split rule
+    without them."""
     global _forbidden_message
     if not isinstance(message, str) or not message:
         raise ValueError(f"message must be a non-empty str, got {message!r}")
@@ -119,14 +125,36 @@ def chunk_forbidden(message: str = _CHUNK_FORBIDDEN):
     codes = [f.__code__ for f in helpers]
     saved, _forbidden_message = _forbidden_message, message
     try:
-        with mock.patch.object(torch, "chunk", _refusal), mock.patch.object(torch.Tensor, "chunk", _refusal):
-            for f in helpers:
-                f.__code__ = _refusal.__code__
-            yield
+        _refuse_chunk_ops()
+        for f in helpers:
+            f.__code__ = _refusal.__code__
+        yield
     finally:
         for f, code in zip(helpers, codes):
             f.__code__ = code
+        _allow_chunk_ops()
         _forbidden_message = saved
+
+
+def _refuse_chunk_ops() -> None:
+    """Registers _refusal as the chunk operators' kernel for every backend (nested blocks share one registration).
+    torch warns once that an operator's kernel is overridden; a cell that writes to stderr scores nothing."""
+    _refusing["depth"] += 1
+    if _refusing["library"] is not None:
+        return
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for op in _CHUNK_OPS:
+            library.impl(op, _refusal, "CompositeImplicitAutograd")
+    _refusing["library"] = library
+
+
+def _allow_chunk_ops() -> None:
+    _refusing["depth"] = max(0, _refusing["depth"] - 1)
+    if _refusing["depth"] == 0 and _refusing["library"] is not None:
+        _refusing["library"]._destroy()
+        _refusing["library"] = None
 
 
 @dataclass

@@ -174,6 +174,21 @@ RULES = [
     ("model(torch.ones(2))", "print(model)", False),
     ("print(torch.ones(2).sum())", "print(torch.zeros(1))", True),
     ("print(x + 1)", "print(x)", True),
+    # any access to the namespace reads everything (issue 40): a skipped cell's result read so must not go missing
+    ("y = 2", "import __main__\nprint(__main__.y)", False),
+    ("y = 2", "import __main__ as m\nprint(getattr(m, 'y'))", False),
+    ("y = 2", "from __main__ import y as z\nprint(z)", False),
+    ("y = 2", "import sys\nprint(sys.modules['__main__'].y)", False),
+    ("y = 2", "import sys\nm = sys.modules\nprint(m.get('__main__'))", False),
+    ("y = 2", "print(getattr(os, 'sys').modules['__main__'])", False),
+    ("y = 2", "import sys\nprint(sys._getframe(0).f_globals['y'])", False),
+    ("y = 2", "def f():\n    pass\nprint(f.__globals__['y'])", False),
+    ("y = 2", "print(get_ipython().user_ns['y'])", False),
+    ("y = 2", "%store y", False),
+    ("y = 2", "print(eval('y'))", False),
+    ("y = 2", "import importlib\nprint(importlib.import_module('__main__'))", False),
+    ("y = 2", "print(globals()['y'])\ny = 3", False),  # read before the cell binds it again
+    ("y = 2", "print(list(model.modules()))", True),  # a Module's modules() reads nothing of the namespace
 ]
 
 

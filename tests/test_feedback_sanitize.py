@@ -45,6 +45,19 @@ ATTACKS = [
     "<noscript><p title=\"</noscript><img src=x onerror=alert(28)>\"></noscript>",
     "<a href='https://example.org/ok' onclick='alert(29)' style='color:red'>a good link with a handler</a>",
 ]
+# Each way of making the page fetch a student-chosen address when it is opened (a tracking beacon).
+BEACONS = [
+    "![beacon](https://beacon.example/md.png) ![ref][b]\n\n[b]: http://beacon.example/ref.png",
+    "<img src='https://beacon.example/img.png'> <IMG SRC=//beacon.example/proto.png>",
+    "<img src='data:image/png;base64,iVBO' srcset='https://beacon.example/set.png 2x'>",
+    "<div style=\"background:url('https://beacon.example/css.png')\">css</div>",
+    "<style>@import 'https://beacon.example/import.css'; p { background: url(https://beacon.example/s.png) }</style>",
+    "<link rel=stylesheet href='https://beacon.example/link.css'> <iframe src='https://beacon.example/frame'></iframe>",
+    "<svg><image href='https://beacon.example/svg.png'/><use xlink:href='https://beacon.example/u.svg#a'/></svg>",
+    "<video poster='https://beacon.example/poster.png' src='https://beacon.example/v.mp4'></video> "
+    "<audio src='https://beacon.example/a.mp3'></audio> <object data='https://beacon.example/o'></object>",
+    "<table background='https://beacon.example/bg.png'><tr><td>t</td></tr></table>",
+]
 
 HONEST = """## Results
 
@@ -105,7 +118,8 @@ def students_notebook():
     raw_html = new_raw_cell("<script>alert(53)</script><a href='javascript:alert(54)'>raw</a>")
     raw_html.metadata["raw_mimetype"] = "text/html"
     raw_plain = new_raw_cell("<img src=x onerror=alert(55)><a href='data:text/html,x'>raw2</a>")
-    cells = [new_markdown_cell(HONEST), *(new_markdown_cell(a) for a in ATTACKS), answer, code, raw_html, raw_plain]
+    cells = [new_markdown_cell(HONEST), *(new_markdown_cell(a) for a in ATTACKS + BEACONS), answer, code, raw_html,
+             raw_plain]
     return new_notebook(cells=cells, metadata=PYTHON)
 
 
@@ -147,7 +161,7 @@ def test_honest_markdown_still_reads(pages):
     assert links.get("mailto:ta@example.org") == "the TAs"
     assert links.get("#Results") == "the results"
     assert page.find("h2", id="Results") and "Results" in page.find("h2", id="Results").get_text()
-    assert page.find("img", src="https://example.org/plot.png", alt="a plot")
+    assert page.find("img", alt="a plot"), "a remote image keeps its alt text (its address is gone: BEACONS)"
     assert any("for step in range(3):" in pre.get_text() for pre in page.find_all("pre"))
     code = next(c for c in page.find_all("code") if "bold?" in c.get_text())
     assert code.get_text() == "<b>bold?</b>" and not code.find("b"), "inline code shows its HTML as text"
@@ -227,3 +241,47 @@ def test_printed_lines_wrap_on_the_page():
 
     page = redact.finished("<html><head><title>x</title></head><body><pre>long</pre></body></html>", "en")
     assert "white-space: pre-wrap" in page and page.index("pre-wrap") < page.index("</head>")
+
+
+def test_the_page_loads_nothing_remote(pages):
+    """No element, attribute or style a student wrote makes the page fetch an address, nor does the template (its
+    MathJax scripts are taken out); and the page's policy forbids every fetch, whatever a sanitizer missed."""
+    from graders import redact
+
+    page, template = pages
+    assert _loaded(template), "the template itself loads MathJax: the test would not see it go"
+    finished = BeautifulSoup(redact.finished(str(page), "en"), "html.parser")
+    assert not _loaded(finished)
+    assert not finished.find_all("script", src=True)
+    policy = finished.head.find("meta", attrs={"http-equiv": "Content-Security-Policy"})
+    assert policy is not None and finished.head.find(True) is policy, "the policy comes first in the head"
+    rules = dict((r.split()[0], r.split()[1:]) for r in policy["content"].split(";") if r.strip())
+    assert rules["default-src"] == ["'none'"] and rules["img-src"] == ["data:"]
+    assert not [s for rule in rules.values() for s in rule if s.startswith(("http", "//", "*")) or s == "https:"]
+
+
+def _loaded(page) -> set:
+    """Every address the page would fetch on opening (links, which load only when clicked, aside)."""
+    found = {value for tag in page.find_all(True) for name, value in tag.attrs.items()
+             if name.lower() in ("src", "srcset", "poster", "data", "background", "xlink:href")
+             or (name.lower() == "href" and tag.name not in ("a",))}
+    styles = [tag.get_text() for tag in page.find_all("style")] + [tag["style"] for tag in page.find_all(style=True)]
+    for css in styles:
+        found |= set(re.findall(r"url\(\s*['\"]?([^'\")]+)", css)) | set(re.findall(r"@import\s+['\"]([^'\"]+)", css))
+    return {str(value) for value in found if "://" in str(value) or str(value).startswith("//")}
+
+
+def test_an_attachment_image_stays_and_a_remote_one_loses_its_address():
+    from graders import redact
+
+    attachment = new_markdown_cell("![inline](attachment:p.png) ![far](https://beacon.example/far.png)",
+                                   attachments={"p.png": {"image/png": PIXEL}})
+    html = redact.markdown_as_safe_html(attachment.source, attachment.attachments)
+    assert f'src="data:image/png;base64,{PIXEL}"' in html and "beacon.example" not in html and 'alt="far"' in html
+
+
+def test_a_page_without_a_head_is_refused_by_name():
+    from graders import redact
+
+    with pytest.raises(ValueError, match="page"):
+        redact.finished("<html><body>x</body></html>", "en")
