@@ -10,10 +10,12 @@ One module per concept:
   plotting      the lessons' figures
   launch, ddp   one process per device (lesson 2); ddp gathers ddp_workers (what each rank runs), ddp_reference
                 (what DDP must equal, in one process), ddp_measure (time, memory) and ddp_judging (the verdicts);
-                ddp_scripts: the torchrun script series
+                ddp_scripts: the torchrun script series; nccl_watchdog: nccl's watchdog after a timeout, per torch
+                version (simulated on gloo ranks)
   commands      torchrun / accelerate launch from a cell: nothing left running when it is interrupted
   amp           mixed precision tables, GradScaler runs, activation bytes (lesson 3)
-  accel, xla, lightning_demo   Accelerate, torch_xla and Lightning (lesson 4)
+  accel, xla, lightning_demo   Accelerate, torch_xla and Lightning (lesson 4); tpu_precision: a TPU's default
+                fp32 matmul precision, simulated on XLA:CPU
   fresh         a function in a fresh Python process (XLA settings, fork-based launchers)
   grading       what a hidden test hands the grader's judge: a student's results as plain data
   hw_check      `make hw-check`: the lessons and their key figures on this machine

@@ -9,7 +9,12 @@
 * when a rank fails, every rank is stopped within seconds and the launch raises `WorkerFailed`
   showing that rank's traceback and the end of what it wrote on stderr; a rank killed by a signal
   (nccl's watchdog aborts a rank whose collective timed out: SIGABRT, no Python traceback; a
-  segfault; the OOM killer's SIGKILL) is reported with the signal's name and that stderr;
+  segfault; the OOM killer's SIGKILL) is reported with the signal's name and that stderr. The error,
+  the launch's deadline's included, also carries the end of the stderr of every rank that had no
+  result yet;
+* nccl's watchdog waits for a debugging dump before it aborts a rank (a minute by default since torch
+  2.8): the ranks get a short wait (`nccl_watchdog.RANK_DEFAULTS`), and the launch's deadline, the
+  group's timeout + 30 s, also covers whatever wait they have (`nccl_watchdog.dump_wait_s`);
 * a worker may start processes, as under torchrun (a DataLoader's workers, a Pool); they stop with the launch,
   whether it returns, fails, times out or is interrupted, and when the launcher dies;
 * the worker is shipped by value (cloudpickle), so it may live in a module *or* in the notebook.
@@ -43,6 +48,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
+from . import nccl_watchdog
 from ._validate import positive_int, positive_number, str_dict
 from .fresh import child_error, raise_at, start_in_background
 from .hardware import threads_per_rank
@@ -60,18 +66,20 @@ class WorkerFailed(RuntimeError):
     `exitcode`: the rank's exit code when it ended without a result (negative: killed by that signal), else None;
     `signal`: then the signal's name ("SIGABRT", "SIGSEGV", "SIGKILL"), else None; `stderr`: the end of the rank's
     stderr, where a rank killed by a signal left its only words (nccl's watchdog: "Watchdog caught collective
-    operation timeout ..."); `where`: the frames of the worker's own code (a notebook's, outside any library) as
+    operation timeout ..."); `unfinished`: {rank: the end of its stderr} for every other rank that had no result
+    yet (also in the message when not empty); `where`: the frames of the worker's own code (a notebook's, outside any library) as
     (file, line, function), outermost first. `launch` shows those as its traceback's last frames; the message then
     holds only the exception (`summary`), and `details` the rank's whole traceback, less the launcher's frames."""
 
     def __init__(self, rank: int, details: str, *, exitcode: int | None = None, stderr: str = "", where: tuple = (),
-                 summary: str | None = None):
+                 summary: str | None = None, unfinished: dict | None = None):
         self.rank = rank
         self.details = details
         self.exitcode = exitcode
         self.signal = signal_name(exitcode)
         self.stderr = stderr
         self.where = where
+        self.unfinished = dict(unfinished or {})
         super().__init__(f"rank {rank} failed: {summary}" if summary else f"rank {rank} failed:\n{details}")
 
 
@@ -97,11 +105,17 @@ class _Failure:
     where: tuple = ()  # the frames of the worker's own code (fresh.child_error)
     exception: str = ""  # the exception's own lines
 
-    def error(self, rank: int, note: str = "") -> WorkerFailed:
+    def error(self, rank: int, note: str = "", unfinished: dict | None = None) -> WorkerFailed:
         section = f"\n--- this rank's stderr ---\n{self.stderr}" if self.stderr.strip() else ""
+        section += _unfinished_sections(unfinished or {})
         summary = self.exception.strip() + note + section if self.where else None
         return WorkerFailed(rank, self.what + note + section, exitcode=self.exitcode, stderr=self.stderr,
-                            where=self.where, summary=summary)
+                            where=self.where, summary=summary, unfinished=unfinished)
+
+
+def _unfinished_sections(unfinished: dict) -> str:
+    return "".join(f"\n--- rank {rank}'s stderr (no result yet) ---\n{tail}"
+                   for rank, tail in sorted(unfinished.items()) if tail.strip())
 
 
 @dataclass(frozen=True)
@@ -178,8 +192,9 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
         raise ValueError(f"worker must be callable, got {type(worker).__name__}")
     if not isinstance(args, tuple):
         raise ValueError(f"args must be a tuple, got {type(args).__name__}")
-    env = str_dict("env", env)
+    env = nccl_watchdog.rank_environment(str_dict("env", env))
     positive_number("timeout_s", timeout_s)
+    waits_s = timeout_s + nccl_watchdog.dump_wait_s({**os.environ, **env}) + DEADLINE_MARGIN_S
     p = plan(n_procs, backend)
     payload = cloudpickle.dumps((worker, args))
     ctx = _context()
@@ -205,7 +220,7 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
             for lifeline, _ in lifelines:
                 lifeline.close()
             return _collect(procs, [reader for reader, _ in pipes], output, bar, logs,
-                            deadline=time.monotonic() + timeout_s + 30)
+                            deadline=time.monotonic() + waits_s)
         except WorkerFailed as failure:
             if attempt + 1 == RENDEZVOUS_ATTEMPTS or not _rendezvous_failed(failure):
                 if failure.where:
@@ -220,6 +235,9 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
                     end.close()
             shutil.rmtree(logs, ignore_errors=True)
 
+
+# After the group's timeout and nccl's dump wait: the ranks' start, a rank's report, a slow machine's seconds.
+DEADLINE_MARGIN_S = 30
 
 # The port free_port() found can be taken by another program before rank 0 listens on it (a busy machine, tests
 # in parallel), and on a loaded machine rank 0's store has been seen to reset a peer's connection while the
@@ -269,7 +287,7 @@ def _collect(procs, readers, output: "RankOutput", bar: "ProgressBar", logs: str
         waiting = [readers[rank] for rank in pending] + [procs[rank].sentinel for rank in pending] + output.open()
         left = deadline - time.monotonic()
         if left <= 0:
-            raise WorkerFailed(pending[0], "no result before the launch's deadline (a rank may be stuck)")
+            raise _past_deadline(pending, logs)
         ready = mp_connection.wait(waiting, timeout=min(left, BAR_EVERY_S))
         bar.show()
         output.pump(ready)
@@ -285,6 +303,17 @@ def _collect(procs, readers, output: "RankOutput", bar: "ProgressBar", logs: str
     for proc in procs:
         proc.join(timeout=max(0.0, end - time.monotonic()))
     return [values[rank] for rank in range(len(procs))]
+
+
+def _past_deadline(pending: list, logs: str) -> WorkerFailed:
+    """The ranks without a result at the launch's deadline, each with the end of its stderr: a rank stuck after its
+    collective timed out (nccl's watchdog with TORCH_NCCL_ASYNC_ERROR_HANDLING=0, or still in its dump wait) said so
+    there."""
+    tails = {rank: _tail(_log(logs, rank)) for rank in pending}
+    ranks = ", ".join(map(str, pending))
+    what = f"no result from rank{'s' * (len(pending) > 1)} {ranks} before the launch's deadline (a rank may be stuck)"
+    return WorkerFailed(pending[0], what + _unfinished_sections(tails), stderr=tails[pending[0]],
+                        unfinished={rank: tail for rank, tail in tails.items() if rank != pending[0]})
 
 
 def _report(proc, reader, log: str):
@@ -433,8 +462,11 @@ SILENT_EXIT = "without a result"
 def _root_cause(procs, readers, logs, values, rank, failure: _Failure) -> WorkerFailed:
     """A peer's error is often the echo of a rank that died silently first (os._exit, a signal), or that failed
     and left (a collective's timeout, whose rank exits and closes its connections): report that rank."""
+    def unfinished(reported: int) -> dict:
+        return {r: _tail(_log(logs, r)) for r in range(len(procs)) if r != reported and r not in values}
+
     if failure.silent:
-        return failure.error(rank)
+        return failure.error(rank, unfinished=unfinished(rank))
     is_echo = _is_echo(failure)
     others = [other for other in range(len(procs)) if other != rank and other not in values]
     if is_echo:  # the failure it echoes is on its way
@@ -446,10 +478,10 @@ def _root_cause(procs, readers, logs, values, rank, failure: _Failure) -> Worker
             continue
         theirs = report[1]
         if theirs.silent:
-            return theirs.error(other, f" (then rank {rank} failed: {last_line})")
+            return theirs.error(other, f" (then rank {rank} failed: {last_line})", unfinished(other))
         if is_echo and not _is_echo(theirs):
-            return theirs.error(other, f"\n(then rank {rank} lost its connection to rank {other})")
-    return failure.error(rank)
+            return theirs.error(other, f"\n(then rank {rank} lost its connection to rank {other})", unfinished(other))
+    return failure.error(rank, unfinished=unfinished(rank))
 
 
 def _is_echo(failure: _Failure) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 import time
 
-from . import fresh, hardware, versions
+from . import fresh, hardware, tpu_precision, versions
 from ._validate import boolean, one_of, positive_int, positive_number
 
 # Colab's CPU and T4 runtimes and Kaggle's GPU runtime do not ship torch_xla, but a wheel for their torch exists:
@@ -49,7 +49,9 @@ def environment(n_devices: int | None = None, virtual: bool = False) -> dict[str
 
 
 def _env(n_devices, virtual):
-    return {**environment(n_devices, virtual), "TF_CPP_MIN_LOG_LEVEL": "1", "GRPC_VERBOSITY": "ERROR"}  # warnings stay in the log
+    env = {**environment(n_devices, virtual), "TF_CPP_MIN_LOG_LEVEL": "1", "GRPC_VERBOSITY": "ERROR"}  # warnings stay in the log
+    # the job's own: a forked child has the fork server's environment, from when the server started
+    return {**env, tpu_precision.ENV: tpu_precision.setting()} if env["PJRT_DEVICE"] == "CPU" else env
 
 
 # XLA:CPU's fork server: torch_xla imported once, with the settings it reads on import; each job's
@@ -77,7 +79,8 @@ def run(fn, *args, n_devices: int | None = None, virtual: bool = False, timeout_
         raise XLAUnavailable(MISSING)
     env = _env(n_devices, virtual)
     server = CPU_SERVER if env["PJRT_DEVICE"] == "CPU" and not hardware.tpu_present() else None
-    return fresh.run(fn, *args, env=env, timeout_s=timeout_s, with_log=with_log, server=server, **kwargs)
+    return fresh.run(tpu_precision.as_set(fn), *args, env=env, timeout_s=timeout_s,
+                     with_log=with_log, server=server, **kwargs)
 
 
 def run_many(jobs, n_devices: int | None = None, virtual: bool = False, timeout_s: float = 300) -> list:
@@ -88,6 +91,7 @@ def run_many(jobs, n_devices: int | None = None, virtual: bool = False, timeout_
     env = _env(n_devices, virtual)
     on_tpu = hardware.tpu_present() and not virtual
     server = CPU_SERVER if env["PJRT_DEVICE"] == "CPU" and not hardware.tpu_present() else None
+    jobs = [(tpu_precision.as_set(fn), args, kwargs) for fn, args, kwargs in jobs]
     return fresh.run_many(jobs, env=env, timeout_s=timeout_s, workers=1 if on_tpu else None, server=server)
 
 
@@ -232,10 +236,16 @@ def mat_mul_precision() -> str:
 
 
 def spmd_data_parallel(steps: int = 5, batch: int = 64, shard=None, seed: int = 0) -> dict:
-    """Data parallel over every XLA device with SPMD, next to a plain CPU reference on the same batches.
+    """Data parallel over every XLA device with SPMD, next to two runs of the same model on the same batches: on one
+    XLA device (the batches not annotated, so every device computes all of it) and in fp32 on the CPU.
 
-    `shard(tensor, mesh)` annotates a batch; by default it is split along dim 0 ("data").
+    `shard(tensor, mesh)` annotates a batch; by default it is split along dim 0 ("data"). "max_abs_diff": the largest
+    weight difference from the one-device run, which multiplies at the same precision: what sharding changed.
+    "fp32_cpu_diff": from the CPU's run; on a TPU that also holds its default fp32 matmul precision (bf16 products,
+    `mat_mul_precision`), about 6e-4 here.
     """
+    import copy
+
     import numpy as np
     import torch
     import torch_xla
@@ -249,32 +259,32 @@ def spmd_data_parallel(steps: int = 5, batch: int = 64, shard=None, seed: int = 
     mesh = xs.Mesh(np.arange(n), (n, 1), ("data", "model"))
     shard = shard or (lambda t, m: xs.mark_sharding(t, m, ("data", None)))
     torch.manual_seed(seed)
-    reference = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
-    model.load_state_dict(reference.state_dict())
+    cpu = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
     device = torch_xla.device()
-    model = model.to(device)
-    opt, ref_opt = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(reference.parameters(), lr=0.1)
+    sharded, one_device = (copy.deepcopy(cpu).to(device) for _ in range(2))
+    runs = [(model, torch.optim.SGD(model.parameters(), lr=0.1)) for model in (sharded, one_device, cpu)]
     g = torch.Generator().manual_seed(seed)
     met.clear_all()
     spec = None
     for _ in range(steps):
         x, y = torch.randn(batch, 16, generator=g), torch.randn(batch, 2, generator=g)
-        ref_opt.zero_grad()
-        torch.nn.functional.mse_loss(reference(x), y).backward()
-        ref_opt.step()
         xd, yd = x.to(device), y.to(device)
         shard(xd, mesh)
         shard(yd, mesh)
         spec = torch_xla._XLAC._get_xla_sharding_spec(xd)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(xd), yd).backward()
-        opt.step()
+        for (model, opt), batch_xy in zip(runs, ((xd, yd), (x.to(device), y.to(device)), (x, y))):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(batch_xy[0]), batch_xy[1]).backward()
+            opt.step()
         torch_xla.sync()
     xm.wait_device_ops()
-    diff = max((a.detach().cpu() - b.detach()).abs().max().item() for a, b in zip(model.parameters(), reference.parameters()))
-    return {"devices": n, "max_abs_diff": diff, "sharding": spec, "compiles": _metric_count("CompileTime"),
-            "executions": _metric_count("ExecuteReplicatedTime")}
+
+    def largest_difference(a, b):
+        return max((p.detach().cpu() - q.detach().cpu()).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
+
+    return {"devices": n, "max_abs_diff": largest_difference(sharded, one_device),
+            "fp32_cpu_diff": largest_difference(sharded, cpu), "sharding": spec,
+            "compiles": _metric_count("CompileTime"), "executions": _metric_count("ExecuteReplicatedTime")}
 
 
 def shardings(meshes, shard=None) -> list[str]:

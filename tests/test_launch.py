@@ -561,3 +561,36 @@ def test_the_signal_is_named_from_the_exit_code():
         "SIGABRT", "SIGSEGV", "SIGKILL", None, None, None]
     failed = launch.WorkerFailed(0, "ValueError: no", stderr="")
     assert failed.signal is None and failed.exitcode is None and failed.stderr == ""
+
+
+def failing_while_the_other_waits(rank, world_size):
+    """Rank 1 fails at once; rank 0 has written on stderr and waits in a collective that will never complete."""
+    if rank == 1:
+        raise ValueError("rank 1 gives up")
+    os.write(2, b"rank 0: still waiting in its all-reduce\n")
+    dist.barrier()
+
+
+def test_a_launch_error_carries_the_stderr_of_every_rank_without_a_result():
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.launch(failing_while_the_other_waits, 2, timeout_s=30)
+    failed = info.value
+    assert failed.rank == 1 and "rank 1 gives up" in str(failed)
+    assert set(failed.unfinished) == {0} and "still waiting in its all-reduce" in failed.unfinished[0]
+    assert "rank 0's stderr (no result yet)" in str(failed) and "still waiting in its all-reduce" in failed.details
+
+
+def stuck_after_saying_so(rank, world_size):
+    os.write(2, f"rank {rank} is stuck here\n".encode())
+    time.sleep(3600)
+
+
+def test_the_deadline_names_every_rank_without_a_result_with_the_end_of_its_stderr(monkeypatch):
+    monkeypatch.setattr(launch, "DEADLINE_MARGIN_S", 4, raising=False)  # (before: timeout_s + 30, hard-coded)
+    start = time.monotonic()
+    with pytest.raises(launch.WorkerFailed, match="no result from ranks 0, 1 before the launch's deadline") as info:
+        launch.launch(stuck_after_saying_so, 2, timeout_s=1)
+    assert time.monotonic() - start < 20
+    failed = info.value
+    assert "rank 0 is stuck here" in failed.stderr and "rank 1 is stuck here" in failed.unfinished[1]
+    assert "rank 1 is stuck here" in failed.details
