@@ -18,8 +18,9 @@
 #                 (BENCH_ARGS="--workers 1 2 4": on Dask worker processes, with a 1,000-student projection)
 #   make hw-check run the student notebooks' explanation cells, measure the key figures here, with this machine's own
 #                 torch where its python has one -> reports/hw-check.md (HW_CHECK_ARGS="--lessons 01-dataparallel")
-#   make test-versions  the solutions and their hidden tests on the oldest and newest supported torch
-#                 (helpers/versions.py), each in its own .venv-torch<minor>/ (GBs and minutes; not part of make test)
+#   make test-versions  the solutions and their hidden tests on each torch of helpers/versions.py's TESTED (the
+#                 oldest and newest supported, and the runtimes' own: Kaggle TPU's 2.8 + torch_xla 2.8, Colab's and
+#                 Kaggle's 2.10), each in its own .venv-torch<minor>/ (GBs and minutes; not part of make test)
 
 PYTHON ?= python3
 VENV := .venv
@@ -167,13 +168,15 @@ hw-check:
 
 # test-versions: each lesson's solution, every cell with its hidden tests in the kernel (nbval), then as the grader
 # runs it and judges it (graders.judge --check), on each torch of helpers/versions.py's TESTED (the oldest and the
-# newest supported), in a virtual environment of its own, .venv-torch<minor>/: torch (and torch_xla) at that
-# version, with the lessons' and the grading's pins of requirements.txt and requirements.lock. TORCH_VERSIONS=2.14
-# picks versions, VERSIONS_LESSONS lessons.
+# newest supported, and the pairs Colab's and Kaggle's images bring), in a virtual environment of its own,
+# .venv-torch<minor>/: torch (and torch_xla) at that version, with the lessons' and the grading's pins of
+# requirements.txt and requirements.lock. TORCH_VERSIONS=2.14 picks versions, VERSIONS_LESSONS lessons.
+# tests/test_dependencies.py checks that what the judge and the helpers import is installed here.
 TORCH_VERSIONS ?= $(shell $(PYTHON) -m helpers.versions | cut -d" " -f1)
 VERSIONS_LESSONS ?= 01-dataparallel 02-ddp 03-amp 04-accelerate-tpu
-# what the versions' environments leave out of requirements.txt: torch itself, the lab, grading's cluster, the site
-VERSIONS_SKIP := ^(torch|torch_xla|jupyterlab|nbgrader|dask|distributed|jupytext|pytest-xdist|sphinx|myst-nb|sphinx-book-theme|playwright)[=;]
+# what the versions' environments leave out of requirements.txt: torch itself, the lab and the formgrader, grading's
+# cluster, the site
+VERSIONS_SKIP := ^(torch|torch_xla|jupyterlab|jupyter_server|nbgrader|dask|distributed|jupytext|pytest-xdist|sphinx|myst-nb|sphinx-book-theme|playwright)[=;]
 VERSIONS_LOCK_SKIP := ^(torch|torch-xla|triton|nvidia-|sympy)
 # the judge's verdicts: every judged cell must pass; its flags for review (none for a solution) are shown
 VERSIONS_JUDGED := import json, sys; r = json.load(open(sys.argv[1])); bad = {k: v["message"] for k, v in r["cells"].items() if not v["passed"]}; print("   judged", len(r["cells"]), "cells:", len(bad), "failed", bad or ""); [print("   flagged for review:", f) for f in r["flags"]]; sys.exit(bool(bad) or not r["cells"])

@@ -44,7 +44,8 @@ def launch(fn, num_processes: int = 2, args: tuple = (), timeout_s: float = 300.
     WORLD_SIZE, LOCAL_RANK, MASTER_*) and a process group that times out; Accelerate takes both
     over. Not `notebook_launcher` itself: it forks the notebook (a child can hang
     in OpenMP once the notebook has run a multi-threaded op), runs `fn` once in the notebook on
-    Colab and Kaggle without two GPUs, and puts two processes on one GPU where there is one.
+    Colab without two GPUs (its check is Colab's alone: on Kaggle it starts the processes), and
+    puts two processes on one GPU where there is one.
     """
     __tracebackhide__ = True  # a notebook shows a failed process's traceback from the cell straight to `fn`'s code
     if not callable(fn):

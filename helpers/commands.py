@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 
+from . import windows
 from ._validate import positive_number, str_dict
 
 # torchrun is `python -m torch.distributed.run`: the module form works wherever the interpreter does (on Colab the
@@ -42,6 +43,7 @@ def run_all(commands: list[list[str]], timeout_s: float = 300, env: dict | None 
         raise ValueError(f"commands must be a non-empty list of argument lists, got {commands!r}")
     positive_number("timeout_s", timeout_s)
     full_env = {**os.environ, **str_dict("env", env)}
+    windows.refuse_native("A launcher started by helpers.commands (torchrun, accelerate launch)")
     procs, outputs, readers = [], [], []
     try:
         for command in commands:

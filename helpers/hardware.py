@@ -216,9 +216,15 @@ def gpus() -> list[GPU]:
         return [GPU(torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i)) for i in range(count)]
     rows = _nvidia_smi_rows()
     visible = visible_gpu_indices(len(rows), _nvidia_smi_uuids) if rows else None
-    if visible is not None and len(visible) >= count:
+    if visible is not None and len(visible) >= count and _numbered_alike(rows):
         return [GPU(*rows[i]) for i in visible[:count]]
     return [GPU("GPU")] * count
+
+
+def _numbered_alike(rows: list) -> bool:
+    """Whether CUDA numbers these GPUs as nvidia-smi lists them: in PCI bus order only with
+    CUDA_DEVICE_ORDER=PCI_BUS_ID (its default, FASTEST_FIRST, may put another first), or when all are alike."""
+    return os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" or len(set(map(tuple, rows))) <= 1
 
 
 def visible_gpu_indices(n_machine_gpus: int, uuids=None) -> list[int] | None:

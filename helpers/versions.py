@@ -1,11 +1,11 @@
 """The torch and torch_xla versions the course supports, stated once, and what each lesson's setup cell checks.
 
-The range is what is tested: `make test` runs everything on the pinned torch 2.9.0 (requirements.txt), and
-`make test-versions` runs the solutions and their hidden tests on the oldest and the newest pair of TESTED, each
-in a virtual environment of its own. Colab's and Kaggle's runtimes bring their own torch, which the course never
-replaces: the setup cell only says so when it is outside this range. Nothing here imports torch_xla (on a TPU
-machine importing it takes the TPU), and nothing imports torch at module level: `python -m helpers.versions`
-prints TESTED for the Makefile with any Python.
+`make test` runs everything on the pinned torch 2.9.0 (requirements.txt), and `make test-versions` runs the
+solutions and their hidden tests on each pair of TESTED, each in a virtual environment of its own: the two ends of
+the supported range and the pairs that Colab's and Kaggle's images bring (RUNTIME_STACKS). Those runtimes keep
+their own torch, which the course never replaces: the setup cell only says so when it is outside this range.
+Nothing here imports torch_xla (on a TPU machine importing it takes the TPU), and nothing imports torch at module
+level: `python -m helpers.versions` prints TESTED for the Makefile with any Python.
 """
 
 from __future__ import annotations
@@ -22,8 +22,21 @@ SUPPORTED_TORCH = ("2.6", "2.14")
 # for these minors, each for the Python versions given (oldest, newest).
 TORCH_XLA_WHEELS = {"2.6": ("3.10", "3.11"), "2.7": ("3.10", "3.11"), "2.8": ("3.10", "3.13"), "2.9": ("3.10", "3.13")}
 SUPPORTED_TORCH_XLA = ("2.6", "2.9")
-# What `make test-versions` installs, torch minor -> (torch, torch_xla or None): the two ends of SUPPORTED_TORCH.
-TESTED = {"2.6": ("2.6.0", "2.6.0"), "2.14": ("2.14.1", None)}
+# What the free runtimes' images bring, (torch, torch_xla or None), as of December 2026: Kaggle's TPU image
+# (Kaggle/docker-python tpu/config.txt; libtpu pinned to 0.0.17, Python 3.12) and the CPU/GPU images of Colab and
+# Kaggle (Kaggle's builds on Colab's and keeps its torch; torch_xla has no release for torch 2.10).
+RUNTIME_STACKS = {"Kaggle TPU v5e-8": ("2.8.0", "2.8.0"), "Colab and Kaggle CPU/GPU": ("2.10.0", None)}
+# Where lesson 4's part B can run, said the same by xla.MISSING and the docs (tests/test_claims.py).
+PART_B_WHERE = (f"Part B needs a torch_xla of the same minor as torch, and torch_xla exists for torch "
+                f"{SUPPORTED_TORCH_XLA[0]} to {SUPPORTED_TORCH_XLA[1]} on Linux x86-64 only (its last release is "
+                f"{SUPPORTED_TORCH_XLA[1]}.0): it runs in the course's own environment (`make lab`: torch 2.9 + "
+                "torch_xla 2.9), on Kaggle's TPU runtime (torch 2.8 + torch_xla 2.8), on Colab's TPU runtime if its "
+                "image still brings a torch_xla (not checked since 2025) and on a Linux x86-64 machine with torch "
+                f"{SUPPORTED_TORCH_XLA[0]} to {SUPPORTED_TORCH_XLA[1]}; not on Colab's and Kaggle's CPU and GPU "
+                "runtimes (torch 2.10), nor on macOS or Windows.")
+# What `make test-versions` installs, torch minor -> (torch, torch_xla or None): the two ends of SUPPORTED_TORCH
+# and the runtimes' stacks.
+TESTED = {"2.6": ("2.6.0", "2.6.0"), "2.8": ("2.8.0", "2.8.0"), "2.10": ("2.10.0", None), "2.14": ("2.14.1", None)}
 
 
 def minor(version: str) -> tuple[int, int]:

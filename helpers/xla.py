@@ -18,14 +18,13 @@ import time
 from . import fresh, hardware, tpu_precision, versions
 from ._validate import boolean, one_of, positive_int, positive_number
 
-# Colab's CPU and T4 runtimes and Kaggle's GPU runtime do not ship torch_xla, but a wheel for their torch exists:
-# lesson 4's setup cell offers it (INSTALL_TORCH_XLA). Where no wheel fits, torch_xla cannot run at all.
-MISSING = ("torch_xla is not installed here: part B (XLA) of lesson 4 cannot run; everything else still runs. On "
-           "Colab's CPU and T4 runtimes, Kaggle's GPU runtime or any Linux x86-64 machine you can add it: set "
-           "INSTALL_TORCH_XLA = True in the lesson's setup cell (its first code cell), then run that cell and the ones "
-           "after it again; it installs the torch_xla that matches this runtime's torch, or says why none does. "
-           "torch_xla cannot run on macOS or Windows at all: it has wheels for Linux x86-64 only, for torch "
-           f"{versions.SUPPORTED_TORCH_XLA[0]} to {versions.SUPPORTED_TORCH_XLA[1]}.")
+# Part B needs a torch_xla of the same minor as torch (versions.PART_B_WHERE says where one exists). Where this
+# runtime lacks it and a matching wheel exists, lesson 4's setup cell offers it (INSTALL_TORCH_XLA).
+MISSING = ("torch_xla is not installed here: part B (XLA) of lesson 4 cannot run; everything else still runs. "
+           f"{versions.PART_B_WHERE} Where a torch_xla matching this runtime's torch exists, set INSTALL_TORCH_XLA = "
+           "True in the lesson's setup cell (its first code cell), then run that cell and the ones after it again: it "
+           "installs that torch_xla, or says why none fits. torch_xla cannot run on macOS or Windows at all: it has "
+           f"wheels for Linux x86-64 only, for torch {versions.SUPPORTED_TORCH_XLA[0]} to {versions.SUPPORTED_TORCH_XLA[1]}.")
 
 
 class XLAUnavailable(RuntimeError):

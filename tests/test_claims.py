@@ -129,3 +129,55 @@ def test_the_hardware_page_says_exactly_what_ran_on_the_gpu():
     for test in ("tests/test_backend_behaviour.py", "tests/test_launch.py", "tests/test_xla.py", "tests/test_runtimes.py"):
         assert test in page and (REPO / test).exists(), test
     assert "the TPU's own bf16 is lesson 4)" not in page and "lesson 4's B6" in page
+
+
+# ---- where part B runs, and native Windows ------------------------------------------------------
+
+
+def _flat(path: str) -> str:
+    return " ".join((REPO / path).read_text().split())
+
+
+def _rows(path: str) -> dict[str, str]:
+    return {line.split("|")[1].strip(): line for line in (REPO / path).read_text().splitlines()
+            if line.startswith("| ") and "|" in line[2:]}
+
+
+def test_no_page_promises_part_b_on_runtimes_without_torch_xla():
+    """Colab's and Kaggle's CPU/GPU images bring a torch for which no torch_xla exists: part B cannot run there,
+    and neither the README, the hardware page nor the landing page may say it does."""
+    from helpers import versions
+
+    torch_version, xla_version = versions.RUNTIME_STACKS["Colab and Kaggle CPU/GPU"]
+    assert xla_version is None and versions.torch_xla_wheel(torch_version, "3.11", "linux x86_64")
+    name = "{}.{}".format(*versions.minor(torch_version))
+    rows = _rows("website/pages/hardware.md")
+    for runtime in ("Colab CPU", "Colab T4 (1 GPU)", "Kaggle 2×T4"):
+        assert "all run" not in rows[runtime], runtime
+        assert f"part B cannot run (torch {name}: no torch_xla exists for it)" in rows[runtime], runtime
+    lesson_4 = rows["4 Accelerate / TPU"]
+    assert "XLA part as on CPU |" not in lesson_4
+    assert f"not Colab CPU's torch {name}" in lesson_4 and f"not on Colab T4 (torch {name})" in lesson_4
+    assert f"not on Kaggle 2×T4 (torch {name})" in lesson_4
+    readme, readme_rows = _flat("README.md"), _rows("README.md")
+    assert "XLA as on CPU" not in readme and "| as on CPU |" not in readme_rows["4 Accelerate / TPU"]
+    for runtime in ("Colab CPU", "Colab T4", "Kaggle 2×T4"):
+        assert f"not on {runtime} (torch {name})" in readme_rows["4 Accelerate / TPU"], runtime
+    assert f"Colab's and Kaggle's CPU and GPU runtimes (CPU, T4, 2×T4) bring torch {name}: part B cannot run there" \
+        in readme
+    landing = _flat("website/pages/landing.md")
+    assert "Every cell runs for real" not in landing and "Every cell runs for real" not in readme
+    assert f"not on Colab's and Kaggle's CPU and GPU runtimes (torch {name})" in landing
+
+
+def test_the_docs_say_native_windows_needs_wsl2():
+    """Every launch fails on native Windows: no page may list Windows beside macOS as running lessons 1–3."""
+    rows = _rows("website/pages/hardware.md")
+    assert "macOS, Windows" not in rows and "Windows" not in rows["macOS"]
+    windows = rows["Windows (native)"]
+    assert "the course needs WSL2 (`wsl --install` in PowerShell run as administrator)" in windows
+    assert "simulated" in windows and "**verified**" not in windows
+    readme = _flat("README.md")
+    assert "**Windows: WSL2 only.**" in readme and "PowerShell run as administrator with `wsl --install`" in readme
+    assert "**macOS and Windows.**" not in readme
+    assert "(on Windows, WSL2: `wsl --install` in PowerShell run as administrator)" in _flat("website/pages/landing.md")

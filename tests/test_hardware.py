@@ -24,6 +24,7 @@ def four_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "_raw_device_uuid_nvml", lambda: list(UUIDS))
     monkeypatch.setattr(hardware, "_nvidia_smi_rows", lambda: list(MACHINE))
     monkeypatch.setattr(hardware, "_nvidia_smi_uuids", lambda: list(UUIDS))
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA numbers them as nvidia-smi lists them
     assert not torch.cuda.is_initialized()
 
     def visible(value):
@@ -33,6 +34,20 @@ def four_gpus(monkeypatch):
             monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
 
     return visible
+
+
+@pytest.mark.parametrize("order", [None, "FASTEST_FIRST"])
+def test_unlike_gpus_go_unnamed_unless_cuda_numbers_them_in_pci_order(four_gpus, monkeypatch, order):
+    """CUDA's default order (FASTEST_FIRST) may put another GPU first than nvidia-smi's PCI order: naming cuda:0 from
+    nvidia-smi's first row would then name the wrong GPU. Alike GPUs are named whatever the order."""
+    four_gpus(None)
+    if order is None:
+        monkeypatch.delenv("CUDA_DEVICE_ORDER")
+    else:
+        monkeypatch.setenv("CUDA_DEVICE_ORDER", order)
+    assert [g.name for g in hardware.gpus()] == ["GPU"] * 4
+    monkeypatch.setattr(hardware, "_nvidia_smi_rows", lambda: [("Tesla T4", (7, 5))] * 4)
+    assert [g.name for g in hardware.gpus()] == ["Tesla T4"] * 4
 
 
 @pytest.mark.parametrize("value, expected", [

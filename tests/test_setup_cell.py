@@ -66,6 +66,30 @@ def test_the_setup_cell_runs_quietly_on_the_course_environment(lesson, tmp_path)
     assert "outside" not in out.stdout and "not installed" not in out.stdout and not out.stderr.strip(), out
 
 
+# Every process the cell (or a launch after it) would start fails loudly: what native Windows cannot do.
+NO_PROCESS = """
+import multiprocessing.process, os, subprocess
+def refuse(*args, **kwargs):
+    raise AssertionError("a process was started")
+subprocess.Popen.__init__ = multiprocessing.process.BaseProcess.start = os.fork = refuse
+"""
+NATIVE_WINDOWS = {"sys.platform": "import sys\nsys.platform = 'win32'\n", "os.name": "import os\nos.name = 'nt'\n"}
+
+
+@pytest.mark.parametrize("signal", NATIVE_WINDOWS)
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_native_windows_is_told_it_needs_wsl2_before_anything_runs(lesson, signal, tmp_path):
+    """helpers.launch and torchrun cannot run on native Windows (a pipe's fileno() is a Win32 handle; Windows' torch
+    has no libuv): the setup cell says so, with the command that installs WSL2, before pip, the helpers or a launch."""
+    launch = "\nfrom helpers import launch\nlaunch.launch(lambda rank, world_size: rank, 2)\n"
+    out = run(setup_cell(lesson) + launch, tmp_path, before=NO_PROCESS + NATIVE_WINDOWS[signal])
+    assert out.returncode != 0
+    error = out.stderr.strip().splitlines()[-1]
+    assert error.startswith("RuntimeError: This is native Windows: the course needs WSL2"), out.stderr[-2000:]
+    assert "`wsl --install`" in error and "PowerShell run as administrator" in error and "Colab" in error
+    assert "a process was started" not in out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("mine", ["helpers.py", "helpers/__init__.py"])
 def test_a_helpers_module_of_ones_own_is_named_with_what_to_do(mine, tmp_path):
     """A helpers.py or a helpers/ folder next to the notebook comes first on sys.path and hides the course's package
@@ -142,17 +166,36 @@ subprocess.run = run
     assert f"PIP: -m pip install -q torch_xla=={major}.{minor}.*" in out.stdout, out.stdout
 
 
-def test_part_b_without_torch_xla_points_to_the_setup_cell_switch():
-    """Colab's CPU/T4 and Kaggle's GPU runtimes have no torch_xla: part B's message (xla.MISSING) must send the student
-    to the switch this setup cell has, not say that torch_xla needs Colab or Kaggle, and still say where it cannot run."""
+def test_part_b_without_torch_xla_says_exactly_where_it_runs():
+    """Colab's and Kaggle's CPU/GPU runtimes bring torch 2.10, for which no torch_xla exists: part B's message
+    (xla.MISSING) says where part B runs (versions.PART_B_WHERE) instead of promising it there, and still sends the
+    student to the setup cell's switch where a matching wheel exists."""
     from helpers import xla
 
-    switch = re.search(r"set (\w+) = True in the lesson's setup cell", " ".join(xla.MISSING.split()))
+    missing = " ".join(xla.MISSING.split())
+    assert versions.PART_B_WHERE in missing, xla.MISSING
+    assert "Kaggle's GPU runtime or any Linux x86-64 machine you can add it" not in missing
+    switch = re.search(r"set (\w+) = True in the lesson's setup cell", missing)
     assert switch and switch.group(1) == "INSTALL_TORCH_XLA", xla.MISSING
     assert f"\n{switch.group(1)} = False\n" in setup_cell("04-accelerate-tpu")
-    assert "macOS or Windows" in xla.MISSING and "Linux x86-64 only" in xla.MISSING
+    assert "macOS or Windows" in missing and "Linux x86-64 only" in missing
     low, high = versions.SUPPORTED_TORCH_XLA
-    assert f"torch {low} to {high}" in xla.MISSING
+    assert f"torch {low} to {high}" in missing
+
+
+def test_where_part_b_runs_follows_the_versions():
+    """versions.PART_B_WHERE names each runtime's stack as RUNTIME_STACKS has it, and the course's own pinned pair."""
+    where = versions.PART_B_WHERE
+    for torch_version, xla_version in versions.RUNTIME_STACKS.values():
+        name = "{}.{}".format(*versions.minor(torch_version))
+        if xla_version:
+            assert f"(torch {name} + torch_xla {name})" in where and versions.torch_xla_wheel(torch_version, "3.11",
+                                                                                               "linux x86_64") is None
+        else:
+            assert f"runtimes (torch {name}), nor" in where and versions.torch_xla_wheel(torch_version, "3.11",
+                                                                                           "linux x86_64")
+    pinned = re.search(r"^torch==(\d+\.\d+)", (REPO / "requirements.txt").read_text(), re.M).group(1)
+    assert f"(`make lab`: torch {pinned} + torch_xla {pinned})" in where
 
 
 def test_lesson_4_says_why_when_no_torch_xla_fits(tmp_path):
@@ -168,7 +211,10 @@ def test_lesson_4_says_why_when_no_torch_xla_fits(tmp_path):
 def test_the_supported_range_is_what_make_test_versions_tests():
     low, high = versions.SUPPORTED_TORCH
     assert versions.minor(low) < versions.minor(high)
-    assert sorted(versions.TESTED, key=versions.minor) == [low, high], "the ends of the range are the tested pairs"
+    tested = sorted(versions.TESTED, key=versions.minor)
+    assert (tested[0], tested[-1]) == (low, high), "the ends of the range are tested pairs"
+    for runtime, stack in versions.RUNTIME_STACKS.items():
+        assert stack in versions.TESTED.values(), f"{runtime}'s torch {stack[0]} is not a pair make test-versions runs"
     for name, (torch_version, xla_version) in versions.TESTED.items():
         assert versions.minor(torch_version) == versions.minor(name)
         assert xla_version is None or versions.minor(xla_version) == versions.minor(name)
@@ -180,6 +226,22 @@ def test_the_supported_range_is_what_make_test_versions_tests():
     assert versions.torch_problems(pinned) == []
     printed = subprocess.run([sys.executable, "-m", "helpers.versions"], cwd=REPO, capture_output=True, text=True).stdout
     assert printed.split() == [part for name, pair in versions.TESTED.items() for part in (name, *filter(None, pair))]
+
+
+def test_make_test_versions_runs_the_runtimes_stacks():
+    """Kaggle's TPU image brings torch 2.8 with torch_xla 2.8, Colab's and Kaggle's CPU/GPU images torch 2.10: each is
+    a pair make test-versions runs, not only the two ends of the range."""
+    assert versions.RUNTIME_STACKS["Kaggle TPU v5e-8"] == versions.TESTED["2.8"] == ("2.8.0", "2.8.0")
+    assert versions.RUNTIME_STACKS["Colab and Kaggle CPU/GPU"] == versions.TESTED["2.10"] == ("2.10.0", None)
+
+
+def test_the_docs_name_the_versions_that_ran():
+    """The README and the hardware page name each pair make test-versions ran, exactly, not a range implying more."""
+    for text in (" ".join((REPO / "README.md").read_text().split()),
+                 " ".join((REPO / "website" / "pages" / "hardware.md").read_text().split())):
+        assert "tested with torch 2.6 to 2.14" not in text
+        for torch_version, xla_version in versions.TESTED.values():
+            assert f"torch {torch_version}" + (f" + torch_xla {xla_version}" if xla_version else "") in text
 
 
 def test_the_docs_state_the_range():
