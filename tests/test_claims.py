@@ -126,7 +126,7 @@ def test_the_hardware_page_says_exactly_what_ran_on_the_gpu():
     for runtime in ("Colab CPU", "Colab T4 (1 GPU)", "Kaggle 2×T4", "Colab TPU v5e-1", "Kaggle TPU v5e-8",
                     "multi-GPU node (Linux)"):
         assert "simulated:" in rows[runtime] and "**verified**" not in rows[runtime], runtime
-    for test in ("tests/test_backend_behaviour.py", "tests/test_launch.py", "tests/test_xla.py", "tests/test_runtimes.py"):
+    for test in ("tests/test_backend_behaviour.py", "tests/test_nccl_watchdog.py", "tests/test_xla.py", "tests/test_tpu_precision.py", "tests/test_runtimes.py"):
         assert test in page and (REPO / test).exists(), test
     assert "the TPU's own bf16 is lesson 4)" not in page and "lesson 4's B6" in page
 
