@@ -14,13 +14,18 @@ A hidden-test block of the instructor's source is split by two marker lines (hel
     <asserts on _got>               runs only here (and in the kernel of `make test`, on the solutions)
     ### END HIDDEN TESTS
 
-The grading kernel never sees the judge part (graders/execute.py strips it), so it cannot learn the
-expected answers either. Here, the judge part runs on the data decoded from the graded notebook's
-collection output, in a namespace made from the instructor's cells tagged "prelude" (the imports),
-the setup part and `_got`. Verdicts per grade cell: passed, a message, and flags when the kernel was
-tampered with (its own report of changed hooks, in the grader's words; a collection that never arrived
-although the cell reported no error; several collections for one cell), and flags for review the code a
-student wrote that reaches for references, forbidden functions or the kernel's machinery (graders/audit.py).
+No kernel ever sees the judge part, so none can learn the expected answers either. The kernel of the student's
+notebook runs none of the hidden block: graders/hidden_runs.py runs each graded cell's setup and collect parts
+apart, in a fresh kernel of their own, with the submission's secret seed (helpers.grading.hidden_random), and puts
+that run's collections and its record (RECORD_MIME: the seed, how the run failed, how many results the
+notebook's own kernel published, which it dropped) in the graded cell's outputs. Here, the judge part runs on the
+data decoded from that collection, in a namespace made from the instructor's cells tagged "prelude" (the
+imports), the setup part (drawing the same cases from the same seed) and `_got`. Verdicts per grade cell: passed,
+a message, and flags when a kernel was tampered with (its own report of changed hooks, in the grader's words;
+results the notebook's own kernel published for the grader; a collection that never arrived although the run
+reported no error; several collections for one cell), and flags for review the code a student wrote that
+reaches for references, forbidden functions or the kernel's machinery (graders/audit.py). `check` (a lesson's
+author's run, no grading) collects in the notebook's own kernel, with the fixed seed: `judge(..., apart=False)`.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from helpers import grading
 BEGIN, END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 COLLECT, JUDGE = "# [collect]", "# [judge]"
 PRELUDE_TAG = "prelude"
+RECORD_MIME = "text/x-course-hidden-run"  # a hidden run's record (graders/hidden_runs.py)
+KERNEL_COLLECTED = "the notebook's own kernel published results for the grader (ignored: the hidden tests run apart)"
 # The notebook's import cell is the student's to edit: the collect part must not depend on it for `grading`.
 KERNEL_IMPORT = "from helpers import grading\n"
 
@@ -132,8 +139,25 @@ def collections(cell) -> tuple[list[dict], list[str]]:
     return found, problems
 
 
-def judge(solution, graded) -> dict:
-    """{"cells": {grade_id: {"passed", "message", "flags"}}, "flags": [...]} for one graded notebook."""
+def run_record(cell, apart: bool) -> tuple[dict, list[str]]:
+    """The record graders/hidden_runs.py left in a graded cell ({"seed", "failure", "kernel_collections"}), and what
+    is wrong with it. Not `apart`: the collections are the notebook's own kernel's, with the fixed seed."""
+    if not apart:
+        failed = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+        return {"seed": grading.FIXED_SEED, "failure": "an error" if failed else None, "kernel_collections": 0}, []
+    texts = [o["data"][RECORD_MIME] for o in cell.get("outputs", []) if RECORD_MIME in o.get("data", {})]
+    try:
+        (found,) = [json.loads(text) for text in texts]
+        if type(found["seed"]) is not int or found["seed"] < 0 or type(found["kernel_collections"]) is not int:
+            raise ValueError("not a record")
+        return {"seed": found["seed"], "failure": found.get("failure"), "kernel_collections": found["kernel_collections"]}, []
+    except (ValueError, TypeError, KeyError):
+        return {"seed": grading.FIXED_SEED, "failure": "no run", "kernel_collections": 0}, ["the hidden tests' run left no record"]
+
+
+def judge(solution, graded, apart: bool = True) -> dict:
+    """{"cells": {grade_id: {"passed", "message", "flags"}}, "flags": [...]} for one graded notebook (`apart`: its
+    hidden tests ran apart, graders/hidden_runs.py)."""
     base = prelude(solution)
     by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in graded.cells if c.cell_type == "code"}
     verdicts, flags = {}, []
@@ -144,18 +168,26 @@ def judge(solution, graded) -> dict:
             verdict["message"] = "the cell is missing from the graded notebook"
             continue
         found, problems = collections(cell)
-        verdict["flags"] += problems
+        run, run_problems = run_record(cell, apart)
+        verdict["flags"] += problems + run_problems + ([KERNEL_COLLECTED] if run["kernel_collections"] else [])
+        if run_problems:  # whatever the cell holds, no hidden run produced it
+            verdict["message"] = "the hidden tests did not run"
+            continue
         for c in found:
             verdict["flags"] += [change for change in grading.in_grader_words(c["kernel"]) if change not in verdict["flags"]]
         mine = [c for c in found if c["name"] == grade_id]
-        errored = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+        errored = run["failure"] is not None
         if len(mine) != 1 or len(found) != 1:
             verdict["message"] = "the hidden tests' results did not arrive" if not mine else "more than one collection"
+            if errored and apart and not mine:
+                verdict["message"] = (f"the hidden tests failed on your answer ({str(run['failure'])[:100]}); they run "
+                                      "the lesson's own cells and your answer cells, not cells you added")
             if mine or not errored:  # an honest failure shows its error; silence or extra data is the kernel's doing
                 verdict["flags"].append(f"{grade_id}: {verdict['message']}, although the cell reported no error"
                                         if not mine else f"{grade_id}: {verdict['message']}")
             continue
         namespace = dict(base)
+        grading.use_hidden_seed(run["seed"])
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 exec(compile(parts["setup"], f"<{grade_id} setup>", "exec"), namespace)
@@ -194,7 +226,7 @@ def check(solution_path: str, timeout: int = 600) -> dict:
             cell.source = for_kernel(cell.source)
     NotebookClient(run, timeout=timeout, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": os.path.dirname(os.path.abspath(solution_path))}}).execute()
-    return judge(solution, run)
+    return judge(solution, run, apart=False)
 
 
 def main(argv: list[str]) -> int:

@@ -19,6 +19,7 @@ sys.path.insert(0, ROOT)
 
 from graders.execute import CheckCanaries, CrashSafeExecute, JoinHiddenParts, PrepareCells  # noqa: E402
 from graders.gate import GradingPipelineOnly, refuse_autograde_app, refuse_outside_the_pipeline  # noqa: E402
+from graders.hidden_runs import HiddenRuns, HoldHiddenTests  # noqa: E402
 from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
 from graders.release import LetRunAllGoOn  # noqa: E402
 from graders.words import ENGLISH, unsolved_stub  # noqa: E402
@@ -57,16 +58,19 @@ c.Execute.interrupt_on_timeout = True
 # started dies with it (the sandbox's PID namespace and job cgroups; unsandboxed, fork servers end with their caller).
 c.Execute.shutdown_kernel = "immediate"
 
-# A kernel crash costs the cell that caused it, not the submission; the kernel never sees the hidden tests'
-# judge parts, nor keeps the rest of them in its history; canary cells show whether the submission changed how
-# its kernel runs cells (graders/execute.py).
+# A kernel crash costs the cell that caused it, not the submission; the kernel of the student's notebook runs no
+# hidden test: each graded cell's hidden checks run apart, in a fresh kernel of their own, from the submission's
+# source, with hidden inputs drawn from a seed that kernel never sees (graders/hidden_runs.py); canary cells show
+# whether the submission changed how its kernel runs cells (graders/execute.py).
 c.Autograde.pre_convert_hook = refuse_outside_the_pipeline  # says so first, readably, in the formgrader's error box
 c.Autograde.autograde_preprocessors = [
     GradingPipelineOnly,  # the formgrader's Autograde button and a bare `nbgrader autograde` are refused
+    HoldHiddenTests,
     PrepareCells,
     CrashSafeExecute,
     CheckCanaries,
     JoinHiddenParts,
+    HiddenRuns,
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

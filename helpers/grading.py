@@ -221,6 +221,12 @@ def kernel_changes() -> list[str]:
     for attr in _SYS_HOOKS:
         if from_notebook(getattr(sys, attr)):
             found.append(f"a notebook replaced sys.{attr}")
+    publisher = getattr(shell, "display_pub", None)
+    if publisher is not None and ("publish" in vars(publisher) or not _type(publisher).__module__.startswith(_KERNEL_CODE)):
+        found.append(PUBLISHER_CHANGED)
+    functions = sys.modules.get("IPython.core.display_functions")
+    if functions is not None and from_notebook(getattr(functions, "publish_display_data", None)):
+        found.append(PUBLISHER_CHANGED)
     if any(from_notebook(finder) for finder in list(sys.meta_path) + list(sys.path_hooks)):
         found.append("a notebook added an import hook")
     ours = sys.modules.get(__name__)
@@ -236,6 +242,8 @@ _SHELL_METHODS = ("showtraceback", "showsyntaxerror", "run_cell", "run_ast_nodes
 _KERNEL_METHODS = ("do_execute", "execute_request", "send_response")
 _SYS_HOOKS = ("excepthook", "displayhook")
 _OWN_FUNCTIONS = ("collect", "dumps", "encode", "kernel_changes")
+_KERNEL_CODE = ("ipykernel.", "IPython.")
+PUBLISHER_CHANGED = "a notebook replaced how the kernel publishes outputs"
 # Every sentence kernel_changes can say. The grader reads these reports from the kernel, which a submission
 # controls: it keeps the ones in this list and puts its own words in place of anything else.
 KERNEL_CHANGES = frozenset(
@@ -244,7 +252,7 @@ KERNEL_CHANGES = frozenset(
     + [f"a notebook replaced the shell's {a}" for a in _SHELL_METHODS]
     + [f"a notebook replaced the kernel's {a}" for a in _KERNEL_METHODS]
     + [f"a notebook replaced sys.{a}" for a in _SYS_HOOKS]
-    + [f"a notebook replaced helpers.grading.{n}" for n in _OWN_FUNCTIONS])
+    + [f"a notebook replaced helpers.grading.{n}" for n in _OWN_FUNCTIONS] + [PUBLISHER_CHANGED])
 UNKNOWN_CHANGE = "the kernel reported a change in words the grader does not use (its report was tampered with)"
 
 
@@ -253,6 +261,29 @@ def in_grader_words(reports) -> list[str]:
     if type(reports) is not list:
         return [UNKNOWN_CHANGE]
     return list(dict.fromkeys(r if type(r) is str and r in KERNEL_CHANGES else UNKNOWN_CHANGE for r in reports[:50]))
+
+
+# The seed of the hidden inputs. A grading draws one per submission (graders/hidden_runs.py) and hands it to the
+# hidden run and to the judge, never to the kernel of the student's notebook; anywhere else (nbval on the solutions,
+# tests/test_answers.py) it is this fixed one.
+FIXED_SEED = 0
+_hidden_seed = FIXED_SEED
+
+
+def use_hidden_seed(seed: int) -> None:
+    """Draw the hidden inputs from `seed` from now on (the grader's secret seed of one submission)."""
+    global _hidden_seed
+    if _type(seed) is not int or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    _hidden_seed = seed
+
+
+def hidden_random():
+    """A random.Random for a hidden test's setup part: the same draws in the hidden run and in the judge, new ones
+    for every submission graded, so that a recorded case is worth nothing the next time."""
+    import random
+
+    return random.Random(_hidden_seed)
 
 
 class ReferenceFailed(RuntimeError):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from graders import execute, judge
+from graders import execute, hidden_runs, judge
 from helpers import grading
 
 LESSONS = ["01-dataparallel", "02-ddp", "03-amp", "04-accelerate-tpu"]
@@ -166,12 +166,15 @@ def test_every_hidden_test_of_every_lesson_is_split(lesson):
 
 # ---- verdicts ---------------------------------------------------------------------------------------------
 
-def _notebooks(outputs):
+def _notebooks(outputs, seed=grading.FIXED_SEED, published=0):
+    """The instructor's notebook and a graded one whose cell holds `outputs` and the record of a hidden run that
+    failed with the first error of `outputs` (graders/hidden_runs.py)."""
     solution = nbformat.v4.new_notebook()
     solution.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["prelude"]}),
                       nbformat.v4.new_code_cell(CELL, metadata={"nbgrader": {"grade": True, "grade_id": "t_tests"}})]
     graded = nbformat.from_dict(json.loads(json.dumps(solution)))
-    graded.cells[1].outputs = [nbformat.from_dict(o) for o in outputs]
+    failure = next((o["ename"] for o in outputs if o.get("output_type") == "error"), None)
+    graded.cells[1].outputs = [nbformat.from_dict(o) for o in outputs] + [hidden_runs.record(seed, failure, published)]
     return solution, graded
 
 
@@ -364,3 +367,16 @@ def test_the_kernel_reports_what_a_notebook_changed(monkeypatch):
     monkeypatch.setattr(sys, "meta_path", sys.meta_path[1:])
     shell.input_transformers_post, shell.events.callbacks = [], {}
     assert grading.kernel_changes() == []
+
+
+def test_the_judge_reads_only_what_the_hidden_run_recorded():
+    """Issue 40: a graded cell's hidden tests run apart (graders/hidden_runs.py), which leaves its record in the cell.
+    Without one nothing ran apart, whatever collection the cell holds; results the notebook's own kernel published
+    are a flag."""
+    solution, graded = _notebooks([_collection([1, 4, 9])])
+    assert judge.judge(solution, graded)["cells"]["t_tests"]["passed"]
+    graded.cells[1].outputs = graded.cells[1].outputs[:1]  # the kernel's collection, no record
+    result = judge.judge(solution, graded)
+    assert not result["cells"]["t_tests"]["passed"] and "the hidden tests' run left no record" in result["flags"]
+    result = judge.judge(*_notebooks([_collection([1, 4, 9])], published=1))
+    assert judge.KERNEL_COLLECTED in result["flags"]
