@@ -16,6 +16,7 @@ One module per concept:
   amp           mixed precision tables, GradScaler runs, activation bytes (lesson 3)
   accel, xla, lightning_demo   Accelerate, torch_xla and Lightning (lesson 4); tpu_precision: a TPU's default
                 fp32 matmul precision, simulated on XLA:CPU
+  tpu_stack     which TPU stack this runtime has (TorchTPU, torch_xla or none) and why; lesson 4's step on TorchTPU
   fresh         a function in a fresh Python process (XLA settings, fork-based launchers)
   grading       what a hidden test hands the grader's judge: a student's results as plain data
   hw_check      `make hw-check`: the lessons and their key figures on this machine

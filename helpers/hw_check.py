@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from . import amp, hardware, launch, memory, models, versions, xla
+from . import amp, hardware, launch, memory, models, tpu_stack, versions, xla
 from . import dataparallel as dp
 from ._validate import positive_int, positive_number
 
@@ -162,7 +162,21 @@ def xla_compiles() -> dict:
                        f"{last['compiles']} ({mode})"}
 
 
+def tpu_stack_report() -> dict:
+    """Which TPU stack ran here (torch_xla, TorchTPU or none, and why), and TorchTPU's step where it can run."""
+    stack = tpu_stack.status()
+    summary = f"TPU stack: {stack.name or 'none'} ({stack.why})"
+    if stack.name != "torchtpu":
+        return {"stack": stack.name, "summary": summary}
+    r = tpu_stack.torchtpu_step()
+    return {"stack": stack.name, "step": r,
+            "summary": f"{summary}; TorchTPU step on {r['device']}: torch {r['torch']}, torch_tpu {r['torch_tpu']}, "
+                       f"{r['graphs_compiled']} graph(s), compiled vs eager {r['compiled_vs_eager']:.1e}, "
+                       f"eager vs fp32 CPU {r['eager_vs_cpu']:.1e}"}
+
+
 FIGURES = {
+    "TPU stack": tpu_stack_report,
     "DataParallel device-0 imbalance": dataparallel_imbalance,
     "AMP speed and memory": amp_ratios,
     "All-reduce bandwidth": allreduce_bandwidth,

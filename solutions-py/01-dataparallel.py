@@ -42,6 +42,14 @@ COURSE_REPO = "https://github.com/multi-device-course/pytorch-multi-device-cours
 # COURSE_REPO and leaves the runtime's own torch and torch_xla alone; in a course checkout (`make lab`)
 # it is already there.
 NEEDS = ["helpers"]
+# Native Windows cannot run the course's multi-process cells (their ranks' pipes, torchrun's rendezvous): the course
+# needs WSL2 there. Said before anything else runs.
+if os.name == "nt" or sys.platform == "win32":
+    raise RuntimeError(
+        "This is native Windows: the course needs WSL2 (Linux on Windows), because its multi-process cells cannot "
+        "run here. Install it in PowerShell run as administrator with `wsl --install`, restart the computer, open "
+        f"Ubuntu and set the course up there as on Linux ({COURSE_REPO}: `make lab`); or open this lesson on Colab "
+        "or Kaggle (the badges above).")
 # A helpers.py or helpers/ folder of your own next to this notebook would hide the course's package.
 spec = importlib.util.find_spec("helpers")
 folders = list(spec.submodule_search_locations or []) if spec else []
@@ -209,7 +217,10 @@ assert result == [32, 32], f"64 rows over 2 devices should be [32, 32], got {res
 assert uneven == [4, 4, 2], f"10 rows over 3 devices should be [4, 4, 2] (each piece gets ceil(10/3) = 4 rows, the last what is left), got {uneven}"
 print("✓ my_split_sizes passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(n, k) for n in range(1, 97) for k in range(1, 13)]
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_cases = [(10, 3), (7, 4), (6, 4), (2, 4), (1, 1), (1, 12), (64, 2), (13, 13), (97, 8)]  # uneven tails, empty devices
+_cases += [(_rng.randint(1, 96), _rng.randint(1, 16)) for _ in range(300)]
+_cases += [(_rng.randint(97, 50000), _rng.randint(1, 512)) for _ in range(100)]
 # [collect]
 with dp.chunk_forbidden():
     _results = [my_split_sizes(n, k) for n, k in _cases]
@@ -241,7 +252,10 @@ assert device_samples(64, 2, 1) == list(range(32, 64)), "device 1 of 2 gets samp
 assert device_samples(6, 4, 3) == [], "6 rows over 4 devices: device 3 gets nothing"
 print("✓ device_samples passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(n, k, d) for n in list(range(1, 61)) + [64] for k in range(1, 10) for d in range(k)]
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_cases = [(10, 3, 2), (6, 4, 3), (7, 4, 3), (2, 4, 1), (1, 1, 0), (64, 2, 1)]  # uneven tails, a device with nothing
+for _n, _k in [(_rng.randint(1, 96), _rng.randint(1, 16)) for _ in range(400)] + [(_rng.randint(97, 1000), _rng.randint(1, 64)) for _ in range(40)]:
+    _cases.append((_n, _k, _rng.randrange(_k)))
 # [collect]
 _got = grading.collect("device_samples_tests", [device_samples(*case) for case in _cases])
 # [judge]
@@ -339,33 +353,48 @@ def _check_dp_gradients(n, k, seed=0, in_features=8, out_features=2):
 _check_dp_gradients(10, 3)  # uneven: [4, 4, 2]
 print("✓ data_parallel_gradients passes this check; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(10, 3), (7, 4), (6, 4), (64, 2), (5, 8), (33, 5), (1, 3), (12, 1), (40, 8)]
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_cases = [(10, 3), (7, 4), (6, 4), (5, 8), (1, 3)]  # uneven tails, devices with nothing, one row
+_cases += [(_rng.randint(1, 64), _rng.randint(1, 8)) for _ in range(5)]
+_seeds = [_rng.randrange(2**31) for _ in _cases]
 
 
 def _inputs(n, seed):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(n, 6, generator=g), torch.randn(n, 3, generator=g)
 # [collect]
+class _PerPiece(_Recording):
+    """An MLP whose output depends on the rows it runs on together (as BatchNorm's does in training): the gradients
+    DataParallel leaves on device 0 then say which pieces it ran on."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        return out + out.mean(0, keepdim=True)
+
+
 _results = []
-for _seed, (_n, _k) in enumerate(_cases):
-    _model = _Recording(_seed, 6, 3)
+for _seed, (_n, _k) in zip(_seeds, _cases):
+    _model = _PerPiece(_seed, 6, 3)
     _grads = data_parallel_gradients(_model, *_inputs(_n, _seed), _k)
     _results.append({"gradients": _grads if type(_grads) is list else type(_grads).__name__, "inputs": _model.inputs})
 _got = grading.collect("dp_gradients_tests", _results)
 # [judge]
 assert type(_got) is list and len(_got) == len(_cases), "one answer per hidden case"
-for _seed, ((_n, _k), _r) in enumerate(zip(_cases, _got)):
+for _seed, (_n, _k), _r in zip(_seeds, _cases, _got):
     _x, _y = _inputs(_n, _seed)
     _net = models.seeded(models.MLP, seed=_seed, in_features=6, hidden=10, out_features=3)
-    _ref = torch.autograd.grad(F.mse_loss(_net(_x), _y), list(_net.parameters()))
+    _gathered = torch.cat([_o + _o.mean(0, keepdim=True) for _o in map(_net, _x.chunk(_k))])  # the replicas' outputs
+    _ref = torch.autograd.grad(F.mse_loss(_gathered, _y), list(_net.parameters()))
     assert compare.is_record(_r, {"gradients": (list, str), "inputs": list}), "the collected results are incomplete"
-    _problem = dp.pieces_problem(_r["inputs"], _x, _k)  # each device's piece exactly once, in any order (threads)
-    assert _problem is None, f"on a hidden batch: {_problem}"
     _grads = _r["gradients"]
     assert type(_grads) is list and len(_grads) == len(_ref) and all(type(t) is torch.Tensor for t in _grads), \
         "on a hidden batch: return a list of tensors, one gradient per parameter"
-    for _t, _expected in zip(_grads, _ref):
-        assert compare.same_tensor(_t, _expected, atol=1e-6, rtol=1e-5), "on a hidden batch: not equal to the full-batch gradient"
+    for _t, _expected in zip(_grads, _ref):  # the outcome, computed here: it holds only if the model ran on the pieces
+        assert compare.same_tensor(_t, _expected, atol=1e-6, rtol=1e-5), (
+            "on a hidden batch: not the gradients DataParallel leaves on device 0 (the hidden model's output depends on "
+            "the rows it runs on together, as BatchNorm's does in training: run it once on each device's piece)")
+    _problem = dp.pieces_problem(_r["inputs"], _x, _k)  # each device's piece exactly once, in any order (threads)
+    assert _problem is None, f"on a hidden batch: {_problem}"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -504,8 +533,11 @@ assert type(_pred) is int, "return an int"
 assert _pred == _measured, f"SGD, batch 64 on 2 devices: predicted {_pred} bytes, the ledger measured {_measured}"
 print("✓ device0_extra_bytes passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [("sgd", 64, 32, 4, 2), ("adam", 64, 32, 4, 2), ("momentum", 48, 16, 8, 3), ("adam", 40, 10, 3, 4),
-          ("sgd", 8, 5, 2, 8), ("adam", 128, 64, 16, 2)]
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_cases = [("adam", 40, 10, 3, 4), ("momentum", 48, 16, 8, 3)]  # Adam's step tensors; an odd number of devices
+for _ in range(4):
+    _k = _rng.randint(2, 8)
+    _cases.append((_rng.choice(["sgd", "momentum", "adam"]), _k * _rng.randint(1, 16), _rng.randint(1, 64), _rng.randint(1, 16), _k))
 # [collect]
 _got = grading.collect("device0_extra_tests", [device0_extra_bytes(models.MLP(i, 32, o), opt, b, i, o, k)
                                                for opt, b, i, o, k in _cases])
@@ -716,12 +748,14 @@ def _weights(model):  # what a model holds, without any wrapper's prefix
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-_source = models.seeded(models.MLP, seed=4, in_features=8)
-_odd = models.seeded(_HasModule, seed=5)
+_rng = grading.hidden_random()  # a new model for every submission graded (helpers.grading)
+_features = _rng.randint(2, 32)
+_source = models.seeded(models.MLP, seed=_rng.randrange(2**31), in_features=_features)
+_odd = models.seeded(_HasModule, seed=_rng.randrange(2**31))
 # [collect]
 _results = {"loaded": [], "portable": portable_state_dict(nn.DataParallel(_source)), "odd": portable_state_dict(_odd)}
-for _make in [lambda: models.MLP(in_features=8), lambda: nn.DataParallel(models.MLP(in_features=8)),
-              lambda: dp.make_data_parallel(models.MLP(in_features=8), device_ids=[0, 1], emulate=True)]:
+for _make in [lambda: models.MLP(in_features=_features), lambda: nn.DataParallel(models.MLP(in_features=_features)),
+              lambda: dp.make_data_parallel(models.MLP(in_features=_features), device_ids=[0, 1], emulate=True)]:
     for _sd in [_source.state_dict(), nn.DataParallel(_source).state_dict(), portable_state_dict(nn.DataParallel(_source))]:
         _target = _make()
         load_portable(_target, _sd)

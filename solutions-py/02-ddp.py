@@ -33,6 +33,14 @@ COURSE_REPO = "https://github.com/multi-device-course/pytorch-multi-device-cours
 # COURSE_REPO and leaves the runtime's own torch and torch_xla alone; in a course checkout (`make lab`)
 # it is already there.
 NEEDS = ["helpers"]
+# Native Windows cannot run the course's multi-process cells (their ranks' pipes, torchrun's rendezvous): the course
+# needs WSL2 there. Said before anything else runs.
+if os.name == "nt" or sys.platform == "win32":
+    raise RuntimeError(
+        "This is native Windows: the course needs WSL2 (Linux on Windows), because its multi-process cells cannot "
+        "run here. Install it in PowerShell run as administrator with `wsl --install`, restart the computer, open "
+        f"Ubuntu and set the course up there as on Linux ({COURSE_REPO}: `make lab`); or open this lesson on Colab "
+        "or Kaggle (the badges above).")
 # A helpers.py or helpers/ folder of your own next to this notebook would hide the course's package.
 spec = importlib.util.find_spec("helpers")
 folders = list(spec.submodule_search_locations or []) if spec else []
@@ -388,8 +396,9 @@ assert matched == {True: True, False: False}, "only the run that calls set_epoch
 # %% tags=["demonstration"]
 import re
 
-# gloo raises a Python error ("... timed out"); nccl's watchdog kills the rank (SIGABRT) after writing
-# "Watchdog caught collective operation timeout" on its stderr, which the launcher reports with it
+# gloo raises a Python error ("... timed out"); nccl's watchdog writes "Watchdog caught collective operation
+# timeout" on the rank's stderr, waits for a debugging dump (launch gives its ranks a second) and kills the
+# rank (SIGABRT), which the launcher reports with that stderr
 TIMEOUT = re.compile(r"timed out|collective operation timeout", re.IGNORECASE)
 start = time.perf_counter()
 try:
@@ -408,7 +417,9 @@ assert TIMEOUT.search(hang_error.details) and waited >= 5, "the rank left waitin
 # launch then stops the other rank, so the wait is the timeout plus the processes' start. With nccl (two
 # GPUs) it looks different: collectives are matched by their order, so rank 1's barrier can pair with rank
 # 0's all-reduce, and the rank left waiting is killed by nccl's watchdog (SIGABRT, no Python traceback: its
-# stderr says "Watchdog caught collective operation timeout").
+# stderr says "Watchdog caught collective operation timeout"). The watchdog first waits for a debugging dump:
+# since torch 2.8, 4 × `TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC`, a minute by default. `launch` gives its ranks
+# 250 ms (a one-second wait) unless you set the variable, and waits for whatever wait they have.
 #
 # Two fixes: give every rank the same number of batches (a `DistributedSampler` does, by padding or
 # `drop_last`), or, when the data really is uneven, wrap the loop in `with ddp_model.join():`, which

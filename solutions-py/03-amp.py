@@ -33,6 +33,14 @@ COURSE_REPO = "https://github.com/multi-device-course/pytorch-multi-device-cours
 # COURSE_REPO and leaves the runtime's own torch and torch_xla alone; in a course checkout (`make lab`)
 # it is already there.
 NEEDS = ["helpers"]
+# Native Windows cannot run the course's multi-process cells (their ranks' pipes, torchrun's rendezvous): the course
+# needs WSL2 there. Said before anything else runs.
+if os.name == "nt" or sys.platform == "win32":
+    raise RuntimeError(
+        "This is native Windows: the course needs WSL2 (Linux on Windows), because its multi-process cells cannot "
+        "run here. Install it in PowerShell run as administrator with `wsl --install`, restart the computer, open "
+        f"Ubuntu and set the course up there as on Linux ({COURSE_REPO}: `make lab`); or open this lesson on Colab "
+        "or Kaggle (the badges above).")
 # A helpers.py or helpers/ folder of your own next to this notebook would hide the course's package.
 spec = importlib.util.find_spec("helpers")
 folders = list(spec.submodule_search_locations or []) if spec else []
@@ -145,6 +153,9 @@ _values = [65504.0, 65519.0, 65519.99, 65520.0, -65520.0, -70000.0, 1e38, 2**-24
            2**-25 * 1.5, 2**-26, 3e-8, 1e-7, 0.0, -0.0, 1.0, -1e-30, 123.456, _normal, -2**-25, 70000.0, 1e-9]
 _grads = [1e-3, 1e-5, 6.1e-5, 3e-8, 1e-10, 0.5, 0.999, _normal, _normal * 1.0001, _normal * 0.9999, 1e-6]
 _grads += [_normal * 2.0**-k for k in range(1, 40)] + [_normal * 2.0**-k * 1.5 for k in range(1, 20)]
+_rng = grading.hidden_random()  # new values for every submission graded (helpers.grading)
+_values += [_rng.choice([-1, 1]) * _rng.uniform(1, 2) * 2.0 ** _rng.randint(-30, 17) for _ in range(60)]
+_grads += [_rng.uniform(1, 1.99) * 2.0 ** _rng.randint(-50, -1) for _ in range(60)]
 # [collect]
 _got = grading.collect("fp16_tests", {"fates": fp16_fate(list(_values)), "scales": [rescuing_scale(_g) for _g in _grads]})
 # [judge]
@@ -342,8 +353,7 @@ assert type(_got) is tuple and type(_got[0]) is float and type(_got[1]) is int, 
 assert _got == (1024.0, 1), "halved at step 1, doubled after two clean steps"
 print("✓ scaler_after passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-import random as _random
-_rng = _random.Random(0)
+_rng = grading.hidden_random()  # new runs for every submission graded (helpers.grading)
 _cases = [([False, True, False, False], 1024.0, 2), ([True] * 6, 2.0, 3), ([True] * 3 + [False] * 4, 0.5, 2),
           ([False, True] * 5, 1.0, 1), ([False] * 7, 4.0, 7), ([False] * 6 + [True], 4.0, 3)]
 for _case in range(14):
@@ -425,8 +435,15 @@ _r = activation_ratio(_net, _x, torch.bfloat16)
 assert type(_r) is float and 0 < _r < 1, f"with a batch of 512, expected a ratio below 1, got {_r!r}"
 print("✓ activation_ratio passes this check; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(models.MLP(32, 64, 4), torch.randn(512, 32)), (models.MLP(32, 64, 4), torch.randn(16, 32)),
-          (models.SmallCNN(3, 5, width=8, size=16), torch.randn(4, 3, 16, 16)), (models.MLP(8, 128, 8, depth=4), torch.randn(64, 8))]
+_rng = grading.hidden_random()  # new models and batches for every submission graded (helpers.grading)
+_cases = [(models.MLP(32, 64, 4), torch.randn(16, 32)), (models.SmallCNN(3, 5, width=8, size=16), torch.randn(4, 3, 16, 16))]
+for _ in range(2):
+    _in = _rng.randint(4, 64)
+    _cases.append((models.MLP(_in, _rng.randint(8, 128), _rng.randint(1, 16), depth=_rng.randint(1, 4)),
+                   torch.randn(_rng.randint(1, 512), _in)))
+_size = _rng.choice([8, 16, 32])
+_cases.append((models.SmallCNN(3, _rng.randint(2, 10), width=_rng.choice([4, 8, 16]), size=_size),
+               torch.randn(_rng.randint(1, 8), 3, _size, _size)))
 _dtypes = (torch.bfloat16, torch.float16)
 # [collect]
 def _autocast_elsewhere(net, x, dtype):  # x said to be on another device: torch's autocast state at each layer's forward
@@ -692,13 +709,16 @@ _against_reference(k=4, rows=16, max_norm=1.0)
 _against_reference(k=2, rows=8, max_norm=0.1, steps=3, bad={1: 1})
 print("✓ amp_accumulation_step passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [dict(k=4, rows=16, max_norm=1.0), dict(k=2, rows=8, max_norm=0.1, steps=3, bad={1: 1})]  # the visible ones
-for _k, _rows, _norm, _seed, _bad, _interval in [(1, 32, 100.0, 1, {2: 0}, 2000), (3, 8, 100.0, 2, {0: 2, 3: 0}, 2),
-                                                 (2, 32, 0.05, 3, {2: 1}, 1), (8, 2, 0.5, 4, {1: 7, 2: 3}, 3),
-                                                 (5, 6, 100.0, 5, {}, 1)]:
-    _cases.append(dict(k=_k, rows=_rows, max_norm=_norm, seed=_seed, steps=6, bad=_bad, init_scale=2.0**10, growth_interval=_interval))
-_cases.append(dict(k=4, rows=8, max_norm=100.0, seed=6, steps=4, init_scale=1.0))  # scale 1: stale gradients weigh as much as new ones
-_elsewhere = dict(k=3, rows=4, max_norm=1.0, seed=7, steps=2)  # with micro-batches said to be on another device
+_cases = [dict(k=3, rows=8, max_norm=100.0, seed=2, steps=6, bad={0: 2, 3: 0}, init_scale=2.0**10, growth_interval=2),
+          dict(k=8, rows=2, max_norm=0.5, seed=4, steps=6, bad={1: 7, 2: 3}, init_scale=2.0**10, growth_interval=3),
+          dict(k=4, rows=8, max_norm=100.0, seed=6, steps=4, init_scale=1.0)]  # scale 1: stale gradients weigh as much as new ones
+_rng = grading.hidden_random()  # new runs for every submission graded (helpers.grading)
+for _ in range(4):
+    _k, _steps = _rng.randint(1, 6), _rng.randint(2, 6)
+    _bad = {_step: _rng.randrange(_k) for _step in range(_steps) if _rng.random() < 0.3}
+    _cases.append(dict(k=_k, rows=_rng.randint(2, 16), max_norm=_rng.choice([0.05, 0.5, 1.0, 100.0]), seed=_rng.randrange(2**31),
+                       steps=_steps, bad=_bad, init_scale=2.0 ** _rng.randint(0, 16), growth_interval=_rng.randint(1, 4)))
+_elsewhere = dict(k=_rng.randint(2, 4), rows=_rng.randint(2, 8), max_norm=1.0, seed=_rng.randrange(2**31), steps=2)  # micro-batches said to be on another device
 # [collect]
 _got = grading.collect("amp_step_tests", {"cases": [_student_steps(**_case) for _case in _cases],
                                           "elsewhere": [{"autocast": _step["autocast"]}  # what is judged there

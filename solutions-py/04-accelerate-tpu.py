@@ -25,8 +25,9 @@
 
 # %% [markdown]
 # ## Setup
-# On Colab or Kaggle this installs the course's `helpers` package and nothing else: the runtime's own
-# `torch` (and on TPU runtimes its `torch_xla`) stay as they are.
+# On Colab or Kaggle this installs the course's `helpers` package and its lesson 4 extras (accelerate and
+# lightning, at the versions the course is tested with), nothing else: the runtime's own `torch` (and on TPU
+# runtimes its `torch_xla`) stay as they are.
 
 # %% tags=["prelude"]
 import importlib.util
@@ -42,6 +43,14 @@ NEEDS = ["helpers", "accelerate", "lightning"]
 # Part B needs torch_xla. Where this runtime lacks it and a wheel matching its torch exists, this
 # cell prints the pip command; set INSTALL_TORCH_XLA = True to let it install it.
 INSTALL_TORCH_XLA = False
+# Native Windows cannot run the course's multi-process cells (their ranks' pipes, torchrun's rendezvous): the course
+# needs WSL2 there. Said before anything else runs.
+if os.name == "nt" or sys.platform == "win32":
+    raise RuntimeError(
+        "This is native Windows: the course needs WSL2 (Linux on Windows), because its multi-process cells cannot "
+        "run here. Install it in PowerShell run as administrator with `wsl --install`, restart the computer, open "
+        f"Ubuntu and set the course up there as on Linux ({COURSE_REPO}: `make lab`); or open this lesson on Colab "
+        "or Kaggle (the badges above).")
 # A helpers.py or helpers/ folder of your own next to this notebook would hide the course's package.
 spec = importlib.util.find_spec("helpers")
 folders = list(spec.submodule_search_locations or []) if spec else []
@@ -76,7 +85,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler
 
 from helpers import accel  # sets USE_TORCH_XLA=0 unless there is a TPU: see section A6
-from helpers import commands, compare, ddp, grading, lightning_demo, plotting, xla
+from helpers import commands, compare, ddp, grading, lightning_demo, plotting, tpu_stack, xla
 
 XLA = xla.available()
 print("torch_xla:", "installed" if XLA else xla.MISSING)
@@ -561,8 +570,15 @@ else:
 # xs.mark_sharding(batch, mesh, ("data", None))      # dim 0 over "data", dim 1 not split
 # ```
 #
-# `xla.spmd_data_parallel` trains this way on every XLA device, next to a plain CPU model on the same
-# batches. With a single device (Colab's v5e-1) there is nothing to split: the batch's sharding comes back
+# `xla.spmd_data_parallel` trains this way on every XLA device, next to the same model on the same batches
+# run twice more: on one XLA device (the single-device run: the batches not split, the matrices multiplied at
+# the same precision) and in fp32 on the CPU. Sharding changes nothing but the order of the sums: the first
+# difference stays below 1e-5. The second does too on XLA:CPU, whose fp32 products are exact, but not on a TPU:
+# there torch_xla's default precision multiplies fp32 matrices in bf16 (B6). XLA:CPU made to round the products'
+# inputs to bf16 as a TPU does ends these five steps about 6e-4 from the CPU run (computed so on the CPU, not
+# measured on a TPU). "Equal" means equal at the same precision.
+#
+# With a single device (Colab's v5e-1) there is nothing to split: the batch's sharding comes back
 # `{replicated}`, so the cell also runs the same code on 8 virtual XLA:CPU devices to show the split:
 
 # %% tags=["demonstration"]
@@ -573,7 +589,7 @@ if XLA:
         runs["8 virtual XLA:CPU devices"], log = xla.run(xla.spmd_data_parallel, n_devices=8, virtual=True, with_log=True)
     for name, r in runs.items():
         print(f"{name}: batch sharding {r['sharding']}, largest difference from the single-device run "
-              f"{r['max_abs_diff']:.1e}, {r['compiles']} compilation(s)")
+              f"{r['max_abs_diff']:.1e} (from an fp32 CPU run {r['fp32_cpu_diff']:.1e}), {r['compiles']} compilation(s)")
     print("\n".join(line[line.find("GSPMD"):] for line in log.splitlines() if "Shardy" in line))
 
 
@@ -640,7 +656,7 @@ else:
     _got = grading.collect("spmd_tests", {"source": inspect.getsource(shard_batch)})
 # [judge]
 if XLA:
-    _run = {"devices": int, "max_abs_diff": float, "sharding": str, "compiles": int, "executions": int}
+    _run = {"devices": int, "max_abs_diff": float, "fp32_cpu_diff": float, "sharding": str, "compiles": int, "executions": int}
     assert compare.is_record(_got, {"2 devices": None, "4 devices": None, "specs": None, "here": None}) and all(
         compare.is_record(_got[_k], _run) for _k in ("2 devices", "4 devices", "here")), "the collected results are incomplete"
     _r = _got["2 devices"]
@@ -840,23 +856,77 @@ assert _got["q5"] == len({32, 20}), "q5 is wrong"
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## B8. Where TPU support stands (checked with torch_xla 2.9.0, the version this course pins)
+# ## B8. Where TPU support stands: torch_xla 2.9, and TorchTPU
 #
-# * **Runtime and API.** torch_xla 2.9 runs on **PJRT** only (`PJRT_DEVICE=TPU`, or `CPU` as here); the
-#   older XRT runtime is gone. `xm.mark_step()` and `xm.xla_device()` still work in 2.9 but are marked
-#   deprecated in favour of `torch_xla.sync()` and `torch_xla.device()`, the spellings this lesson uses.
-# * **Partitioner.** When SPMD splits a graph over several devices, the XLA in torch_xla 2.9 logs (the
-#   line printed under B4) that GSPMD sharding propagation "is going to be deprecated" and points to
+# **What ran, and what did not.** Part B was checked with torch_xla 2.9.0, the version this course pins, on XLA:CPU.
+# TorchTPU has **not run** for this course: it had no TPU to run it on. Everything said about TorchTPU below comes from
+# TorchTPU's own documentation and source, cited, not from a run; the cell after this text prints which TPU stack your
+# runtime has.
+#
+# * **torch_xla stopped at 2.9.** Its last release is 2.9.0, and a torch_xla X.Y runs with torch X.Y only; its
+#   repository has had no commit since December 2025 (pytorch/xla#9752). A runtime with a newer torch (Colab's and
+#   Kaggle's CPU and GPU images bring torch 2.10) has no torch_xla to install. In 2.9 it runs on **PJRT** only
+#   (`PJRT_DEVICE=TPU`, or `CPU` as here); `xm.mark_step()` and `xm.xla_device()` still work in 2.9 but are marked
+#   deprecated in favour of `torch_xla.sync()` and `torch_xla.device()`, the spellings this lesson uses. When SPMD splits a graph, its
+#   XLA logs (the line printed under B4) that GSPMD sharding propagation "is going to be deprecated", pointing to
 #   **Shardy**, "already the default partitioner in JAX".
-# * **Free TPUs.** Colab's free TPU has been one v5e chip (v5e-1) since September 2025, when it replaced
-#   the v2-8 (googlecolab/colabtools#5566); Kaggle offers a TPU v5e-8. Those runtimes bring their own
-#   torch and torch_xla (Colab's TPU image had torch 2.6 with torch_xla 2.6 in 2025): the setup cell
-#   says when yours is outside the versions the course is tested with.
-# * **A native backend.** In October 2025 the torch_xla team proposed a native TPU backend for PyTorch,
-#   eager by default, with `tensor.to("tpu")` (RFC pytorch/xla#9684). Google Cloud's "PyTorch on Cloud
-#   TPU" documentation now puts **TorchTPU** (github.com/google-pytorch/torch_tpu) at the foundation of
-#   its PyTorch stack. This course has not run it: Part B is torch_xla 2.9 throughout.
+# * **TorchTPU, the native successor.** In October 2025 the torch_xla team proposed a native, eager-first TPU backend
+#   with `tensor.to("tpu")` (RFC pytorch/xla#9684). Google Cloud's "PyTorch on Cloud TPU" documentation now puts
+#   **TorchTPU** at the foundation of its PyTorch stack. It is `torch-tpu` on PyPI (pypi.org/project/torch-tpu; user
+#   guide torchtpu.readthedocs.io; source github.com/google-pytorch/torch_tpu): an out-of-tree **PrivateUse1** backend
+#   that torch loads by itself on `import torch` (torch_tpu's `torch.backends` entry point) and names `"tpu"`, so a
+#   model moves with `model.to("tpu")` as it would with `"cuda"`. `torch-tpu` 0.2.0 (October 2026) needs torch 2.11.0 to
+#   2.15.0, libtpu 0.0.50 or newer and Python 3.11 or newer (its PyPI metadata), on a Cloud TPU VM (its getting-started
+#   guide). Its PyPI page lists `torch.compile()` for graph mode and distributed training (data and tensor
+#   parallelism); its user guide covers DDP and FSDP, and Google Cloud's page names DTensor.
+# * **Free TPUs.** Colab's free TPU has been one v5e chip (v5e-1) since September 2025 (googlecolab/colabtools#5566);
+#   Kaggle offers a TPU v5e-8 with torch 2.8 and torch_xla 2.8. Both bring their own torch: where it is 2.6 to 2.9 with
+#   its torch_xla (Kaggle's), Part B runs on the TPU; only a torch 2.11 to 2.15 can take TorchTPU.
 #
+# **What carries over to TorchTPU** (from its user guide and source, not run here):
+#
+# * *Compilation, and recompilation on a new shape* (B2, B3). Under `torch.compile` TorchTPU compiles through XLA
+#   (its backend `"tpu"`, which torch_tpu makes `torch.compile`'s default for TPU tensors, with `dynamic=False`): a
+#   new batch shape is a new graph, so fixed shapes, `drop_last` and buckets still pay. Its user guide has a page on its
+#   compilation cache.
+# * *Sharding* (B4). A device mesh with the batch split along `"data"` stays the idea; the API is PyTorch's own:
+#   `DeviceMesh` and DTensor, DDP and FSDP, with torch_tpu's `"tpu"` process-group backend.
+# * *bf16 and matmul precision* (B5, B6). Its user guide has pages on mixed precision (bf16, autocast) and precision
+#   management, and on the TPU's tile sizes and padding; torch_tpu maps `torch.set_float32_matmul_precision` onto the
+#   TPU's precision.
+#
+# **What does not** (torch_xla's own):
+#
+# * *Lazy tensors and `torch_xla.sync()`* (B2). TorchTPU is eager first: each operation is dispatched as the program
+#   reaches it (its user guide's Eager Mode page describes how it defers and fuses them), with no `torch_xla.sync()`
+#   to call; `.cpu()` brings a result back.
+# * *`PJRT_DEVICE`, XLA:CPU's virtual devices, `torch_xla.debug.metrics`, `xr.use_spmd()` and `xs.mark_sharding`*:
+#   torch_xla's API; TorchTPU uses PyTorch's own. Its guide runs on a Cloud TPU VM, and the course found no CPU stand-in
+#   in its documentation: without a TPU, Part B's XLA:CPU runs remain the way to see these ideas. Lightning's
+#   `accelerator="tpu"` (B7) drives a TPU through torch_xla.
+#
+# **The same step on TorchTPU.** The cell below runs B4's model on B4's batches (the last one smaller, a new shape) on
+# `device="tpu"`, eager and under `torch.compile`, next to an fp32 run on the CPU, where a TPU and a torch that TorchTPU
+# supports are present (in a fresh process, which then holds the TPU). Anywhere else it says why it skipped the step: no
+# TPU; a TPU without torch_tpu (with the pip command that keeps this runtime's torch); or a torch, libtpu or Python that
+# TorchTPU does not support.
+
+# %% tags=["demonstration"]
+stack = tpu_stack.status()  # reads the PCI bus, /dev and the installed versions: imports neither torch_tpu nor torch_xla
+print("TPU stack here:", stack.name or "none")
+print(stack.why)
+if stack.name == "torchtpu":
+    tpu_run = tpu_stack.torchtpu_step()
+    print(f"on {tpu_run['device']} (torch {tpu_run['torch']}, torch_tpu {tpu_run['torch_tpu']}), batches of "
+          f"{tpu_run['batch_sizes']} rows:")
+    for name, curve in tpu_run["losses"].items():
+        print(f"  {name:9} losses " + " ".join(f"{v:.4f}" for v in curve))
+    print(f"torch.compile made {tpu_run['graphs_compiled']} graph(s); largest loss difference compiled vs eager "
+          f"{tpu_run['compiled_vs_eager']:.1e}, eager vs fp32 CPU {tpu_run['eager_vs_cpu']:.1e}")
+else:
+    print("The TorchTPU step was skipped: nothing ran on TorchTPU here.")
+
+# %% [markdown]
 # ## Summary
 #
 # * Accelerate: `prepare`, `accelerator.backward`, `gather_for_metrics` (not `gather`) for metrics,
@@ -866,6 +936,7 @@ assert _got["q5"] == len({32, 20}), "q5 is wrong"
 # * torch_xla records graphs lazily and compiles each new shape: fixed shapes, `drop_last`, buckets, no
 #   `.item()` in the step, a `torch_xla.sync()` per step.
 # * On TPUs mixed precision is bf16: `torch.autocast("xla", dtype=torch.bfloat16)`, no GradScaler.
-# * SPMD shards the batch over a device mesh (every device the machine has) and equals a single-device run.
+# * SPMD shards the batch over a device mesh (every device the machine has) and equals a single-device run at the
+#   same matmul precision (a TPU's default multiplies fp32 matrices in bf16: ~6e-4 from an fp32 CPU run).
 # * Lightning: `Trainer(accelerator="tpu", devices="auto")` on every TPU device, with the distributed sampler
 #   inserted for you when there are several.

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 import torch
 
-from helpers import hw_check, versions, xla
+from helpers import hw_check, tpu_stack, versions, xla
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,6 +49,21 @@ def test_xla_compile_counts():
         return
     assert result["status"] == "ok", result
     assert (result["fixed_batch"], result["smaller_last_batch"]) == (1, 2)
+
+
+def test_the_report_names_the_tpu_stack_that_ran(monkeypatch):
+    """make hw-check says which TPU stack this runtime has (here: none, and why), and runs TorchTPU's step only where
+    it is the stack (simulated: the step's result stands in for a TPU)."""
+    result = hw_check.measure(hw_check.tpu_stack_report)
+    here = tpu_stack.status()
+    assert result["status"] == "ok" and result["summary"] == f"TPU stack: {here.name or 'none'} ({here.why})"
+    step = {"device": "tpu:0", "torch": "2.12.0", "torch_tpu": "0.2.0", "graphs_compiled": 2,
+            "compiled_vs_eager": 1e-6, "eager_vs_cpu": 3e-3}
+    monkeypatch.setattr(tpu_stack, "status", lambda: tpu_stack.Stack("torchtpu", "a TPU and torch_tpu 0.2.0"))
+    monkeypatch.setattr(tpu_stack, "torchtpu_step", lambda: step)
+    result = hw_check.measure(hw_check.tpu_stack_report)
+    assert result["step"] == step and result["summary"].startswith(
+        "TPU stack: torchtpu (a TPU and torch_tpu 0.2.0); TorchTPU step on tpu:0: torch 2.12.0, torch_tpu 0.2.0, 2 graph(s)")
 
 
 def _fake_figures():
