@@ -1,28 +1,26 @@
 """nbgrader's Execute, made to survive kernel crashes cell by cell.
 
-It writes the index of each cell before running it to GRADER_PROGRESS_FILE. When the kernel dies
-(or hangs past its cell's timeout and does not answer the interrupt, or uses up the job's processes),
-the pipeline grades the submission again with that cell in GRADER_SKIP_CELLS: a skipped cell is
-not run and carries an error instead, so it (and a test that needs it) scores 0 while every other
-cell runs as usual in a fresh kernel.
+It writes the index of each cell before running it to GRADER_PROGRESS_FILE. When the kernel dies (or hangs past its
+cell's timeout and does not answer the interrupt, or uses up the job's processes), the pipeline grades the
+submission again with that cell in GRADER_SKIP_CELLS: a skipped cell is not run and carries an error instead, so it
+(and a test that needs it) scores 0 while every other cell runs as usual in a fresh kernel.
 
-nbgrader scores a test cell 0 when anything reached stderr during it: a correct answer that merely
-warned (numpy's overflow warning, a FutureWarning of a deprecated spelling) lost its points. Here what a
-test cell wrote on stderr is kept, marked, on stdout: the grade depends on the tests alone.
+nbgrader scores a test cell 0 when anything reached stderr during it: a correct answer that merely warned (numpy's
+overflow warning, a FutureWarning of a deprecated spelling) lost its points. Here what a test cell wrote on stderr
+is kept, marked, on stdout: the grade depends on the tests alone.
 
-An instructor's demonstration that the submission kept unchanged is not run and keeps no outputs, unless the
-task runs everything (graders/demonstrations.py decides, from the instructor's source only).
+An instructor's demonstration that the submission kept unchanged is not run and keeps no outputs, unless the task
+runs everything (graders/demonstrations.py decides, from the instructor's source only).
 
-Before the kernel starts, PrepareCells removes every hidden test's judge part (graders/judge.py: the
-kernel never sees the expected answers) and moves the rest of the hidden block (setup and collect) into a
-cell of its own right after its graded cell, which the kernel runs without storing it in its history (no
-`In`, `_ih` or `%history` of a later cell shows it; JoinHiddenParts puts it back into its graded cell before
-anything is saved). It also puts a canary cell after each graded cell and at the end:
-it prints one random token with the kernel's own report of changed hooks (helpers.grading.kernel_changes),
-and raises an error with another. After the run, CheckCanaries takes them out
-again and writes to GRADER_CANARY_FILE which of them did not come back as an honest kernel returns them:
-a kernel whose hooks, exception handlers or execution a submission changed swallows, rewrites or forges
-them, and the pipeline flags the submission.
+Before the kernel starts, PrepareCells removes every hidden test's judge part (graders/judge.py: the kernel never
+sees the expected answers) and moves the rest of the hidden block (setup and collect) into a cell of its own right
+after its graded cell, which the kernel runs without storing it in its history (no `In`, `_ih` or `%history` of a
+later cell shows it; JoinHiddenParts puts it back into its graded cell before anything is saved). It also puts a
+canary cell after each graded cell and at the end: it prints one random token with the kernel's own report of
+changed hooks (helpers.grading.kernel_changes), and raises an error with another. After the run, CheckCanaries takes
+them out again and writes to GRADER_CANARY_FILE which of them did not come back as an honest kernel returns them: a
+kernel whose hooks, exception handlers or execution a submission changed swallows, rewrites or forges them, and the
+pipeline flags the submission.
 """
 
 import json
@@ -44,6 +42,8 @@ MAX_OUTPUT_BYTES = int(os.environ.get("GRADER_MAX_OUTPUT_BYTES", str(2**20)))  #
 MAX_CELL_BYTES = int(os.environ.get("GRADER_MAX_CELL_BYTES", str(grading.MAX_BYTES + MAX_OUTPUT_BYTES)))
 MAX_NOTEBOOK_BYTES = int(os.environ.get("GRADER_MAX_NOTEBOOK_BYTES", str(32 * 2**20)))
 MAX_ERROR_CHARS = 20_000  # an error is always kept, but not a gigabyte of its message
+ERROR_STUB_CHARS = 1_000  # an error past the caps: its name and the start of its message, one per cell
+LINE_BYTES = 16  # what nbformat adds to each line of a text it writes as a list of lines (quotes, comma, indent)
 STDERR_NOTE = "[written on stderr; warnings do not change the grade]\n"
 
 
@@ -61,32 +61,47 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
 
     def output(self, outs, msg, display_id, cell_index):
         """Keep what fits the caps: MAX_OUTPUT_BYTES of printing per cell, MAX_CELL_BYTES of all of a cell's
-        outputs (collections included), MAX_NOTEBOOK_BYTES for the notebook. An error is always kept
-        (shortened), or dropping it would turn a failing test into a passing one."""
-        content = msg["content"]
-        if msg["msg_type"] == "error":
+        outputs (collections and errors included), MAX_NOTEBOOK_BYTES for the notebook, each counted as the bytes
+        nbformat writes. An error is always kept (past the caps, as one short error per cell), or dropping it would
+        turn a failing test into a passing one."""
+        content, cell, error = msg["content"], self._owner(cell_index), msg["msg_type"] == "error"
+        if error:
             _shorten_error(content)
-            return super().output(outs, msg, display_id, cell_index)
-        data = content.get("data", {})
-        if grading.MIME in data:  # the hidden tests' data travels alone, with its one line of text
+        elif grading.MIME in content.get("data", {}):  # the hidden tests' data travels alone, with its one line of text
+            data = content["data"]
             content["data"] = {grading.MIME: data[grading.MIME], "text/plain": str(data.get("text/plain", ""))[:200]}
             content["metadata"] = {}
         size = _content_bytes(content)
-        cell = self._owner(cell_index)
-        printed, total = self._printed.get(cell, 0), self._cell_total.get(cell, 0)
-        fits = (total + size <= MAX_CELL_BYTES and self._notebook_total + size <= MAX_NOTEBOOK_BYTES
-                and (grading.MIME in content.get("data", {}) or printed + size <= MAX_OUTPUT_BYTES))
-        if not fits:
-            if cell not in self._dropped:
-                self._dropped.add(cell)
-                outs.append(NotebookNode(output_type="stream", name="stdout",
-                                         text="[the cell's output passed the grader's size limits: the rest was dropped]\n"))
-            return None
-        if grading.MIME not in content.get("data", {}):
-            self._printed[cell] = printed + size
-        self._cell_total[cell] = total + size
-        self._notebook_total += size
-        return super().output(outs, msg, display_id, cell_index)
+        printed = 0 if error or grading.MIME in content.get("data", {}) else size
+        if (self._cell_total.get(cell, 0) + size <= MAX_CELL_BYTES and self._notebook_total + size <= MAX_NOTEBOOK_BYTES
+                and self._printed.get(cell, 0) + printed <= MAX_OUTPUT_BYTES):
+            self._printed[cell] = self._printed.get(cell, 0) + printed
+            self._cell_total[cell] = self._cell_total.get(cell, 0) + size
+            self._notebook_total += size
+            return super().output(outs, msg, display_id, cell_index)
+        if error:
+            return self._error_past_the_caps(outs, msg, display_id, cell_index)
+        if cell not in self._dropped:
+            self._dropped.add(cell)
+            outs.append(NotebookNode(output_type="stream", name="stdout",
+                                     text="[the cell's output passed the grader's size limits: the rest was dropped]\n"))
+        return None
+
+    def _error_past_the_caps(self, outs, msg, display_id, cell_index):
+        """Its name and the start of its message, as the cell's one error past the caps (the last one)."""
+        content = msg["content"]
+        content["evalue"] = content["evalue"][:ERROR_STUB_CHARS]
+        content["traceback"] = [f"{content['ename']}: {content['evalue']}"]
+        stub = self._stubs.get(cell_index)
+        if stub is not None and not self.clear_before_next_output:
+            stub.update(ename=content["ename"], evalue=content["evalue"], traceback=content["traceback"])
+            return stub
+        self._stubs[cell_index] = super().output(outs, msg, display_id, cell_index)
+        return self._stubs[cell_index]
+
+    def clear_output(self, outs, msg, cell_index):
+        self._stubs.pop(cell_index, None)  # (a cleared stub must not take the next error in place of a new one)
+        super().clear_output(outs, msg, cell_index)
 
     def _update_display_id(self, display_id, msg):
         """A display updated in place is output too: it must fit the notebook's cap."""
@@ -102,7 +117,7 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
 
     def reset_execution_trackers(self):
         super().reset_execution_trackers()
-        self._printed, self._cell_total, self._dropped, self._notebook_total = {}, {}, set(), 0
+        self._printed, self._cell_total, self._dropped, self._notebook_total, self._stubs = {}, {}, set(), 0, {}
 
     def preprocess(self, nb, resources=None, km=None):
         try:
@@ -175,10 +190,7 @@ def _errored(cell) -> bool:
 
 def _shorten_error(content) -> None:
     content["evalue"] = str(content.get("evalue", ""))[:MAX_ERROR_CHARS]
-    lines, kept = content.get("traceback", []) or [], []
-    for line in lines[-50:]:
-        kept.append(str(line)[:MAX_ERROR_CHARS])
-    content["traceback"] = kept
+    content["traceback"] = [str(line)[:MAX_ERROR_CHARS] for line in (content.get("traceback") or [])[-50:]]
     content["ename"] = str(content.get("ename", ""))[:200]
 
 
@@ -190,8 +202,12 @@ def stderr_to_stdout(cell) -> None:
 
 
 def _content_bytes(content) -> int:
-    parts = [content.get("text", "")] + [str(v) for v in content.get("data", {}).values()]
-    return sum(len(p) for p in parts) + len(str(content.get("metadata", "")))
+    """At least the bytes nbformat writes for an output with this content: JSON-escaped (a control character takes
+    six), each line of a text and each line of a traceback a string of its own in an indented list."""
+    parts = [content.get("text", ""), *content.get("data", {}).values(), content.get("metadata", {}),
+             content.get("ename", ""), content.get("evalue", ""), *(content.get("traceback") or [])]
+    return sum(len(json.dumps(part, default=str)) + LINE_BYTES * (1 + part.count("\n") if isinstance(part, str) else 1)
+               for part in parts)
 
 
 CANARY = "grader_canary"

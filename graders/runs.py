@@ -21,6 +21,10 @@ from graders import forkserver
 from graders.course import CONFIG
 
 STALLED = "the grading run stalled"
+# What the grader keeps of a run's stdout and of its stderr (the first and the last half): nbgrader's log carries
+# what a kernel wrote, so the rest is read and dropped, never held.
+KEPT_OUTPUT_BYTES = 256 * 2**10
+DROPPED = "\n[... the middle of this output was dropped ...]\n"
 
 
 def nbgrader(root: Path, *args: str, timeout: float | None = None, env: dict | None = None,
@@ -57,10 +61,10 @@ def run_watched(cmd, cwd, env, timeout, progress: str | None = None, stalled_aft
     deadline = None if timeout is None else time.monotonic() + timeout
     if shutil.which("setpriv"):  # dies with the thread that started it: a killed Dask worker leaves no grading behind
         cmd = ["setpriv", "--pdeathsig", "KILL", "--", *cmd]
-    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           start_new_session=True) as proc:
         outputs = {}
-        readers = [threading.Thread(target=lambda name, stream: outputs.__setitem__(name, stream.read()),
+        readers = [threading.Thread(target=lambda name, stream: outputs.__setitem__(name, read_bounded(stream)),
                                     args=(name, stream), daemon=True) for name, stream in (("out", proc.stdout), ("err", proc.stderr))]
         for reader in readers:
             reader.start()
@@ -92,10 +96,27 @@ def run_served(server: forkserver.Server, args, cwd, env, timeout, progress: str
                            stop_when=lambda: _stalled(progress, stalled_after))
         if ended.server_failed:
             return None
-        stdout, stderr = (Path(paths[name]).read_text(errors="replace") if os.path.exists(paths[name]) else ""
+        stdout, stderr = (read_bounded(open(paths[name], "rb")) if os.path.exists(paths[name]) else ""
                           for name in ("stdout", "stderr"))
     why = ended.problem
     return _completed(args, -1 if why else ended.status, stdout, stderr + (f"\n{why}" if why else ""), why)
+
+
+def read_bounded(stream, limit: int = KEPT_OUTPUT_BYTES) -> str:
+    """The first and the last `limit`/2 bytes of a binary stream (a pipe read to its end, a file's end sought), as
+    text, and the stream closed: never more in memory, however much was written."""
+    if limit < 2:
+        raise ValueError(f"limit must be at least 2 bytes (a first and a last byte), got {limit}")
+    half = limit // 2
+    with stream:
+        head, tail, dropped = stream.read(half), b"", False
+        if stream.seekable() and os.fstat(stream.fileno()).st_size - stream.tell() > half:
+            stream.seek(-half, os.SEEK_END)
+            dropped = True
+        while chunk := stream.read(2**16):
+            dropped = dropped or len(tail) + len(chunk) > half
+            tail = (tail + chunk)[-half:]
+    return head.decode(errors="replace") + (DROPPED if dropped else "") + tail.decode(errors="replace")
 
 
 def _completed(args, status: int, stdout: str, stderr: str, why: str | None) -> subprocess.CompletedProcess:

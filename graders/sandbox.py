@@ -4,10 +4,12 @@ jupyter_client starts this script (kernelspec "course-sandbox") as the kernel, i
 folder. It hands the connection file to the sandbox and starts prlimit (memory, processes, file size, CPU time)
 -> bwrap (an allow-list of read-only folders: the system's, Python's, the venv and the course's helpers; private
 size-capped /tmp; no network; only a fresh tmpfs working folder and the kernel's socket folder writable; a clean
-environment; a seccomp filter that refuses new user namespaces) -> setpriv (drop to the sandbox user, no
+environment; a seccomp filter as strict as a container's: graders/seccomp.py) -> setpriv (drop to the sandbox user, no
 capabilities) -> a placeholder. The kernel itself is a fork of the grading process's warm kernel server
 (graders/warm_kernel.py: torch and ipykernel imported once), which enters this jail and takes the same limits,
 user, environment and filter before it runs ipykernel. This script ends with the kernel, and the jail with it.
+The jail's stdin is /dev/null, its stdout and stderr a pipe this script drains (the first KERNEL_OUTPUT_BYTES into
+the grader's log): no file of the host's is open in the jail, for a kernel to write gigabytes into.
 
 Settings come from the environment the grading pipeline sets (GRADER_*; see graders/pipeline.py).
 
@@ -31,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")  # read-only inside
 # The only variables the kernel inherits from the grader (whose environment may hold an instructor's secrets);
@@ -240,9 +243,13 @@ def main() -> None:
     ready_read, ready_write = os.pipe()
     info_read, info_write = os.pipe()
     inherited = [ready_write, info_write] + ([_inherited_fd(program)] if program else [])
+    output_read, output_write = os.pipe()  # the jail's stdout and stderr: never this process's (files of the host)
+    forwarding = threading.Thread(target=forward, args=(output_read, sys.stderr.buffer, KERNEL_OUTPUT_BYTES),
+                                  daemon=True)
+    forwarding.start()
     jail = subprocess.Popen(command(workdir, os.path.dirname(private), ready_write, info_write,
                                     inherited[2] if program else None),
-                            pass_fds=inherited, stdin=subprocess.DEVNULL)
+                            pass_fds=inherited, stdin=subprocess.DEVNULL, stdout=output_write, stderr=output_write)
     for fd in inherited:
         os.close(fd)
     try:
@@ -256,11 +263,36 @@ def main() -> None:
         request = {"jail_pid": jail_pid, "workdir": workdir, "uid": uid, "gid": gid, "argv": ["-f", private],
                    "env": jail_environment(workdir), "limits": limit_values(), "cgroups": limits.job_paths(),
                    "seccomp": program.hex() if program else None, "umask": _umask()}
-        status = warm_kernel.kernel_status(warm_kernel.start_kernel(server, request))
+        with open(os.devnull, "rb") as nothing:
+            kernel = warm_kernel.start_kernel(server, request, (nothing.fileno(), output_write, output_write))
+        status = warm_kernel.kernel_status(kernel)
     finally:
         jail.kill()
         jail.wait()
+        os.close(output_write)
+        forwarding.join(timeout=5)  # the rest of the jail's output, unless a process outside the jail still holds it
     sys.exit(status if 0 <= status < 256 else 128 - status)
+
+
+KERNEL_OUTPUT_BYTES = 64 * 2**10  # what of the jail's stdout and stderr reaches the grader's log, per kernel
+
+
+def forward(read_fd: int, sink, limit: int) -> None:
+    """Copy the first `limit` bytes read from `read_fd` to `sink` (a binary stream), then read on to the end and drop
+    the rest: the jail's writes never block, and never fill the grader's log or its memory."""
+    if limit < 0:
+        raise ValueError(f"limit must be a number of bytes (0 or more), got {limit}")
+    kept = 0
+    with os.fdopen(read_fd, "rb", buffering=0) as source:
+        while chunk := source.read(2**16):
+            if kept >= limit:
+                continue
+            part = chunk[:limit - kept]
+            kept += len(part)
+            note = b"\n[the kernel's output passed the grader's limit: the rest was dropped]\n" if kept >= limit else b""
+            with contextlib.suppress(OSError, ValueError):
+                sink.write(part + note)
+                sink.flush()
 
 
 def _umask() -> int:

@@ -10,8 +10,9 @@ the server for a kernel on a unix socket only root can reach. The server forks a
 1. joins the job's cgroups, then enters the jail: its mount, pid, network, ipc, uts and cgroup namespaces and its
    root folder, and its working folder;
 2. forks the kernel there (a process of the jail's pid namespace: it dies with the jail), which takes the jail's
-   limits (prlimit's), session, environment and file descriptors (the launcher's stdin, stdout and stderr; every
-   other is closed), drops to the sandbox user with no groups and no capabilities, sets no_new_privs and the jail's
+   limits (prlimit's), session, environment and file descriptors (the jail's own stdin, stdout and stderr that the
+   launcher sends: /dev/null and a pipe it drains with a byte cap, never a file of the host's; every other is
+   closed), drops to the sandbox user with no groups and no capabilities, sets no_new_privs and the jail's
    seccomp filter, and only then runs ipykernel;
 3. reports the kernel's pid, then its exit status, to the launcher, and kills the kernel if the launcher goes away.
 The kernel imports nothing before it is the sandbox user (the server imported all it needs), in a fresh jail.
@@ -157,7 +158,8 @@ def struct_ucred(connection: socket.socket) -> tuple[int, int, int]:
 
 
 def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
-    """The launcher's request (one JSON line) and the file descriptors sent with it (its stdin, stdout, stderr)."""
+    """The launcher's request (one JSON line) and the file descriptors sent with it: the kernel's stdin, stdout and
+    stderr."""
     fds = array.array("i")
     data, ancillary, _, _ = connection.recvmsg(REQUEST_BYTES, socket.CMSG_SPACE(3 * fds.itemsize))
     for level, kind, payload in ancillary:
@@ -278,13 +280,15 @@ def _run_ipykernel(argv: list[str], made: Made) -> None:
 
 # ---- the launcher's side (graders/sandbox.py) ----------------------------------------------------------------
 
-def start_kernel(path: str, request: dict, timeout: float = 120) -> socket.socket:
+def start_kernel(path: str, request: dict, stdio: tuple[int, int, int], timeout: float = 120) -> socket.socket:
     """Ask the server at `path` for a kernel in a jail; returns the connection once the kernel runs ("pid N").
-    This process's stdin, stdout and stderr become the kernel's."""
+    The file descriptors `stdio` become the kernel's stdin, stdout and stderr."""
+    if len(stdio) != 3:
+        raise ValueError(f"stdio must be three file descriptors (stdin, stdout, stderr), got {stdio!r}")
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.connect(path)
     data = json.dumps(request).encode() + b"\n"
-    connection.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]).tobytes())])
+    connection.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", stdio).tobytes())])
     connection.settimeout(timeout)  # the server's imports, if it just started
     reply = _read_line(connection)
     connection.settimeout(None)

@@ -117,16 +117,30 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
                                              "the judge failed on it (the grader's log has its traceback)"))
         flags = tuple(dict.fromkeys(verdict["flags"] + (_read_json(canaries) or [])))
         notebook = read_notebook_text(graded)
+        if notebook is None:
+            return Outcome(f"not graded: the graded notebook is larger than {max_graded_bytes() >> 20} MiB")
     status = "graded"
     if skipped:
         status += " (" + "; ".join(f"cell {cell} skipped: {why}" for cell, why in skipped.items()) + ")"
     return Outcome(status, notebook=notebook, verdict=verdict, flags=flags)
 
 
-def read_notebook_text(path: Path) -> str:
+def read_notebook_text(path: Path, limit: int | None = None) -> str | None:
+    """The graded notebook's text; None when it is larger than `limit` bytes (max_graded_bytes()), never read past."""
+    limit = max_graded_bytes() if limit is None else limit
+    if limit < 0:
+        raise ValueError(f"limit must be a number of bytes (0 or more), got {limit}")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, encoding="utf-8") as f:
-        return f.read()
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    return None if len(data) > limit else data.decode("utf-8")
+
+
+def max_graded_bytes() -> int:
+    """The largest graded notebook: the submission (intake's cap) and the outputs graders/execute.py keeps, twice."""
+    from graders import execute, intake  # (nbgrader's imports: only where a notebook was graded)
+
+    return 2 * (intake.MAX_NOTEBOOK_FILE_BYTES + execute.MAX_NOTEBOOK_BYTES)
 
 
 def _judge(server: forkserver.Server, solution: Path, graded: Path, out: str, memo: str | None, timeout: float) -> dict:

@@ -74,7 +74,8 @@ def jail(tmp_path_factory, server):
 
 
 @contextlib.contextmanager
-def _kernel(scratch, kernels, grader_env, uid=UID):
+def _kernel(scratch, kernels, grader_env, uid=UID, output=None):
+    """A sandboxed kernel of `uid`, its launcher's stdout and stderr `output` (a file; default: this process's)."""
     specs = KernelSpecManager(kernel_dirs=[os.path.join(sandbox.kernelspec(str(scratch)), "kernels")])
     workdir = scratch / "autograded"  # the notebook's folder, where nbgrader starts the kernel
     workdir.mkdir()
@@ -85,7 +86,7 @@ def _kernel(scratch, kernels, grader_env, uid=UID):
         env = {**grader_env, "GRADER_SANDBOX": "1", "GRADER_IPC_PREFIX": os.path.join(ipc, "k"),
                "GRADER_SANDBOX_UID": str(uid), "GRADER_READONLY": str(REPO / "helpers"),
                "GRADER_KERNEL_SERVER": kernels.socket_path()}
-        manager.start_kernel(env=env, cwd=str(workdir))
+        manager.start_kernel(env=env, cwd=str(workdir), **({"stdout": output, "stderr": output} if output else {}))
         client = manager.blocking_client()
         client.start_channels()
         try:
@@ -130,7 +131,7 @@ print(ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(
 if platform.machine() == "x86_64":
     ran = subprocess.run([sys.executable, "-c", i386_unshare], capture_output=True, text=True)
     if ran.returncode == 0:  # else a kernel without 32-bit calls
-        found["unshare (i386)"] = {0: "made", -1: "EPERM"}.get(int(ran.stdout), ran.stdout)
+        found["unshare (i386)"] = {0: "made", -1: "EPERM", -38: "ENOSYS"}.get(int(ran.stdout), ran.stdout)
 if shutil.which("unshare"):
     found["unshare -Ur"] = subprocess.run(["unshare", "-Ur", "true"], capture_output=True).returncode
 print(json.dumps(found))
@@ -143,8 +144,166 @@ def test_the_jail_cannot_make_user_namespaces(jail):
     found = jail.run(USER_NAMESPACES)
     assert found["unshare"] == "EPERM" and found["clone"] == "EPERM", found
     assert found["clone3"] == "ENOSYS", found
-    assert found.get("unshare (i386)", "EPERM") == "EPERM", found
+    assert found.get("unshare (i386)", "ENOSYS") in ("EPERM", "ENOSYS"), found  # (the whole i386 ABI: ENOSYS)
     assert found.get("unshare -Ur", 1) != 0, found
+
+
+# Run in a child process: a call that works (ptrace, personality) changes the process that makes it.
+CONTAINER_REFUSES = r"""
+import json, os, subprocess, sys
+probe = '''
+import ctypes, errno, json, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+numbers = json.loads(os.environ["CALLS"])
+def call(name, *args):
+    ctypes.set_errno(0)
+    result = libc.syscall(ctypes.c_long(numbers[name]), *args)
+    return "allowed" if result >= 0 else errno.errorcode[ctypes.get_errno()]
+buffer = ctypes.create_string_buffer(512)
+found = {
+    "keyctl": call("keyctl", 0, -4, 0),  # KEYCTL_GET_KEYRING_ID of the user's keyring
+    "add_key": call("add_key", b"user", b"probe", b"x", 1, -4),
+    "request_key": call("request_key", b"user", b"probe", None, 0),
+    "io_uring_setup": call("io_uring_setup", 1, buffer),
+    "perf_event_open": call("perf_event_open", buffer, 0, -1, -1, 0),
+    "userfaultfd": call("userfaultfd", 1),  # UFFD_USER_MODE_ONLY: open to any user
+    "process_vm_readv": call("process_vm_readv", os.getpid(), None, 0, None, 0, 0),
+    "process_vm_writev": call("process_vm_writev", os.getpid(), None, 0, None, 0, 0),
+    "kcmp": call("kcmp", os.getpid(), os.getpid(), 0, 0, 0),  # KCMP_FILE
+    "pidfd_getfd": call("pidfd_getfd", 0, 0, 0),
+    "personality": call("personality", 0x0400000),  # READ_IMPLIES_EXEC
+    "unshare": call("unshare", 0x00000400),  # CLONE_FILES: no namespace at all
+}
+try:
+    socket.socket(40, socket.SOCK_STREAM).close()  # AF_VSOCK: the hypervisor's
+    found["vsock"] = "allowed"
+except OSError as error:
+    found["vsock"] = errno.errorcode.get(error.errno, error.errno)
+found["ptrace"] = call("ptrace", 0, 0, 0, 0)  # PTRACE_TRACEME, last
+print(json.dumps(found))
+'''
+ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "CALLS": CALLS})
+print(ran.stdout or json.dumps({"probe": ran.stderr[-2000:]}))
+"""
+
+
+@pytest.mark.skipif(seccomp.program() is None, reason="no seccomp filter for this machine's architecture")
+def test_the_jail_refuses_what_a_container_refuses(jail):
+    """io_uring, perf_event_open, userfaultfd, the keyrings, another process's memory and files, ptrace,
+    personality, unshare and vsock stayed open to a kernel; Docker's default profile closes them."""
+    column = ("x86_64", "aarch64").index(os.uname().machine)
+    calls = {name: numbers[column] for name, numbers in CALLS.items()}
+    found = jail.run(f"CALLS = {json.dumps(json.dumps(calls))}\n" + CONTAINER_REFUSES)
+    assert found == dict.fromkeys(found, "EPERM") and len(found) == 14, found
+
+
+CALLS = {"keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218), "io_uring_setup": (425, 425),
+         "perf_event_open": (298, 241), "userfaultfd": (323, 282), "process_vm_readv": (310, 270),
+         "process_vm_writev": (311, 271), "kcmp": (312, 272), "pidfd_getfd": (438, 438), "personality": (135, 92),
+         "unshare": (272, 97), "ptrace": (101, 117)}  # (x86_64, aarch64)
+
+
+KEYRING = r"""
+import ctypes, errno, json, platform
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+def outcome(result):
+    return result if result >= 0 else errno.errorcode[ctypes.get_errno()]
+def call(*args):
+    return libc.syscall(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
+USER_KEYRING, KEYCTL_SEARCH, KEYCTL_READ = -4, 10, 11
+found = {}
+if WRITE:
+    found["added"] = outcome(call(add_key, b"user", b"left-by-a-submission", b"its hidden inputs", 17, USER_KEYRING))
+else:
+    key = call(keyctl, KEYCTL_SEARCH, USER_KEYRING, b"user", b"left-by-a-submission", 0)
+    found["found"] = outcome(key)
+    if key >= 0:
+        buffer = ctypes.create_string_buffer(64)
+        found["read"] = buffer.raw[:max(call(keyctl, KEYCTL_READ, key, buffer, 64), 0)].decode(errors="replace")
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.skipif(seccomp.program() is None, reason="no seccomp filter for this machine's architecture")
+def test_a_submission_leaves_nothing_in_the_keyring_for_the_next(tmp_path, server):
+    """A slot's uid grades one submission after another, and the kernel's keyrings are the uid's, not the jail's:
+    what one kernel put in its user keyring, the next kernel on that slot read."""
+    uid = UID + 2  # not the other tests' kernels'
+    try:
+        with _kernel(tmp_path / "first", *server, uid=uid) as first:
+            added = first.run("WRITE = True\n" + KEYRING)
+        with _kernel(tmp_path / "next", *server, uid=uid) as following:
+            found = following.run("WRITE = False\n" + KEYRING)
+        assert "read" not in found, found
+        assert added == {"added": "EPERM"} and found == {"found": "EPERM"}, (added, found)
+    finally:
+        _clear_user_keyring(uid)
+
+
+def _clear_user_keyring(uid: int) -> None:
+    """Empty `uid`'s user keyring (where a filter let add_key through, a key stays there after the test)."""
+    import ctypes
+
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            keyctl = CALLS["keyctl"][("x86_64", "aarch64").index(os.uname().machine)]
+            ctypes.CDLL(None).syscall(ctypes.c_long(keyctl), ctypes.c_long(7), ctypes.c_long(-4))  # KEYCTL_CLEAR
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+
+
+WRITE_EVERYWHERE = r"""
+import json, os, stat
+written = {}
+into_the_cell = {(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (1, 2)}  # ipykernel's pipes (and their copies)
+for name in os.listdir("/proc/self/fd"):
+    try:
+        found = os.fstat(int(name))
+    except OSError:  # listdir's own
+        continue
+    fd = int(name)
+    if (found.st_dev, found.st_ino) in into_the_cell or not (stat.S_ISREG(found.st_mode) or stat.S_ISFIFO(found.st_mode)):
+        continue
+    try:
+        written[fd] = sum(os.write(fd, b"x" * 2**20) for _ in range(8))
+    except OSError as error:
+        written[fd] = error.strerror
+print(json.dumps(written))
+"""
+
+
+def test_no_file_of_the_host_reaches_the_jail(tmp_path, server):
+    """ipykernel keeps a copy of the stdout and stderr it started with: the launcher's, files of the host's (the
+    grading job's log), which a kernel filled up to its file-size limit and the grader then read whole."""
+    log = tmp_path / "launcher.log"
+    with open(log, "wb") as output, _kernel(tmp_path, *server, uid=UID + 3, output=output) as started:
+        written = started.run(WRITE_EVERYWHERE)
+        assert any(isinstance(count, int) and count >= 8 * 2**20 for count in written.values()), written
+        host = os.stat(log)
+        holders = [(pid, fd) for pid in _host_pids_of_uid(UID + 3) for fd in _fds(pid)
+                   if _same_file(f"/proc/{pid}/fd/{fd}", host)]
+        assert not holders, f"processes of the jail hold the launcher's log: {holders}"
+    assert os.path.getsize(log) <= 64 * 2**10 + 1_000, os.path.getsize(log)  # what the launcher keeps of it
+
+
+def _fds(pid: int) -> list[str]:
+    with contextlib.suppress(OSError):
+        return os.listdir(f"/proc/{pid}/fd")
+    return []
+
+
+def _same_file(path: str, host) -> bool:
+    with contextlib.suppress(OSError):
+        found = os.stat(path)
+        return (found.st_dev, found.st_ino) == (host.st_dev, host.st_ino)
+    return False
 
 
 THREADS_AND_PROCESSES = r'''
@@ -354,7 +513,7 @@ def test_a_request_in_another_environment_is_refused(server, tmp_path):
                "jail_pid": os.getpid(), "workdir": str(tmp_path), "uid": UID, "gid": UID, "argv": [], "limits": {},
                "cgroups": [], "seccomp": None, "umask": 0o22}
     with pytest.raises(RuntimeError, match="differs from the warm server's in \\['OMP_WAIT_POLICY'\\]"):
-        warm_kernel.start_kernel(kernels.socket_path(), request)
+        warm_kernel.start_kernel(kernels.socket_path(), request, (0, 1, 2))
 
 
 def test_the_kernel_ends_with_its_launcher(tmp_path, server):
