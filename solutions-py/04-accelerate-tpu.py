@@ -659,6 +659,7 @@ if XLA:
     _run = {"devices": int, "max_abs_diff": float, "fp32_cpu_diff": float, "sharding": str, "compiles": int, "executions": int}
     assert compare.is_record(_got, {"2 devices": None, "4 devices": None, "specs": None, "here": None}) and all(
         compare.is_record(_got[_k], _run) for _k in ("2 devices", "4 devices", "here")), "the collected results are incomplete"
+    assert all(0 <= _got[_k]["fp32_cpu_diff"] < float("inf") for _k in ("2 devices", "4 devices", "here")), "a difference that is not a number"
     _r = _got["2 devices"]
     assert _r["sharding"].startswith("{devices=[2,1]"), f"the batch is not split along dim 0 over the data axis: {_r['sharding']}"
     assert 0 <= _r["max_abs_diff"] < 1e-5, "the sharded run does not equal the single-device run"

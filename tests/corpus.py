@@ -629,7 +629,8 @@ CASES = [
     Case("patched_builtin_type", trick(PATCH_TYPE, answers={**WRONG_ANSWERS, "split_sizes": TUPLE_SIZES}), HONEST_WRONG, flagged=True),
     Case("shadowed_modules", trick(SHADOW), HONEST_WRONG, flagged=True),
     Case("startup_files", _startup_files, ZERO),
-    Case("private_chunk", edit("split_sizes", replace=PRIVATE_CHUNK), FULL, flagged=True),
+    Case("private_chunk", edit("split_sizes", replace=PRIVATE_CHUNK), {**FULL, "split_sizes_tests": 0},  # aten::chunk refused
+         flagged=True),
     Case("forged_status", edit("device_samples", FORGED_STATUS), {**FULL, "device_samples_tests": 0},  # then os._exit
          status="graded (cell", check=_status_is_what_the_grader_saw),
     Case("big_outputs", edit("quiz", BIG_OUTPUTS), FULL, check=_outputs_stay_bounded, flagged=True),
