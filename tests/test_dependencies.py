@@ -93,41 +93,43 @@ def module_file(dotted: str) -> Path | None:
     return None
 
 
-def course_closure(start: list[Path]) -> list[Path]:
-    """The course's files that `start` imports, directly or through one another (relative imports resolved)."""
+def closure(start, neighbours) -> set:
+    """Everything reachable from `start` through `neighbours(item)`, `start` included."""
     seen, todo = set(), list(start)
     while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        package = path.parent.relative_to(REPO).parts
+        item = todo.pop()
+        if item not in seen:
+            seen.add(item)
+            todo += neighbours(item)
+    return seen
+
+
+def course_closure(start: list[Path]) -> list[Path]:
+    """The course's files that `start` imports, directly or through one another (relative imports resolved)."""
+    def imported(path: Path) -> list[Path]:
+        package, found = path.parent.relative_to(REPO).parts, []
         for name, level in imports_of(path):
             if level:
                 name = ".".join([*package[:len(package) - level + 1], *filter(None, [name])])
             if name.split(".")[0] in COURSE_PACKAGES:
-                todo += [found for found in (module_file(name), module_file(name.rsplit(".", 1)[0])) if found]
-    return sorted(seen)
+                found += [f for f in (module_file(name), module_file(name.rsplit(".", 1)[0])) if f]
+        return found
+
+    return sorted(closure(start, imported))
 
 
 def requires_closure(roots: set[str]) -> set[str]:
     """The distributions that installing `roots` brings, by their installed metadata (markers read for this
     Python and this platform, no extras)."""
-    seen, todo = set(), list(roots)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
+    def required(name: str) -> list[str]:
         try:
             requires = importlib.metadata.distribution(name).requires or []
         except importlib.metadata.PackageNotFoundError:
-            continue
-        for line in requires:
-            requirement = Requirement(line)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                todo.append(normalized(requirement.name))
-    return seen
+            return []
+        return [normalized(r.name) for r in map(Requirement, requires)
+                if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+    return closure(roots, required)
 
 
 def versions_environment() -> set[str]:
