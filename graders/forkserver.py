@@ -229,8 +229,10 @@ class Server:
             self.close()
 
     def stderr_tail(self, limit: int = 500) -> str:
-        with contextlib.suppress(OSError), open(self.stderr_path, errors="replace") as f:
-            return f.read()[-limit:]
+        """The end of the server's log, read from there (the log of a long grading run can be large)."""
+        with contextlib.suppress(OSError), open(self.stderr_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4 * limit))
+            return f.read().decode(errors="replace")[-limit:]
         return ""
 
     def close(self) -> None:

@@ -123,3 +123,22 @@ def test_a_job_runs_under_the_memory_limit_its_request_sets(tmp_path, server):
     assert limited.returncode != 0 and "MemoryError" in limited.stdout + limited.stderr
     free = runs.run_served(server, args, tmp_path, dict(os.environ), timeout=120)
     assert "allocated" in free.stdout, "without a limit the same job runs"
+
+
+def test_the_servers_log_tail_is_read_from_its_end(tmp_path, monkeypatch):
+    """A long grading run's server log is not read whole to show its last lines (nor is a broken character fatal)."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"x" * (64 << 20) + "\nlast words: é\n".encode())
+    server = forkserver.Server("judge", str(log))
+    reads = []
+    real_open = open
+
+    def counting_open(*args, **kwargs):
+        f = real_open(*args, **kwargs)
+        real_read = f.read
+        f.read = lambda *a: reads.append(len(data := real_read(*a))) or data
+        return f
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    assert server.stderr_tail(20).endswith("last words: é\n")
+    assert sum(reads) <= 4 * 20
