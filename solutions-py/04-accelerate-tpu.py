@@ -415,7 +415,9 @@ if XLA:
 # step after step**. Count the compilations (`torch_xla.debug.metrics`) for a training loop under
 # changes you will meet. The five runs share one XLA process, one after the other
 # (`xla.count_compiles_each`); the graph cache lasts as long as the process, so each run gets a feature
-# size of its own and finds none of the others' graphs already compiled:
+# size of its own and finds none of the others' graphs already compiled. (Every `xla.run` is a new process
+# that compiles afresh; a program of your own can keep compiled graphs across processes with torch_xla's
+# persistent cache, `torch_xla.runtime.initialize_cache(path)`, called before any XLA computation.)
 
 # %% tags=["demonstration"]
 experiments = {
