@@ -15,16 +15,14 @@ from pathlib import Path
 
 import nbformat
 
-from graders import execute as execute_caps
 from graders import forkserver, redact
 from graders.course import CONFIG
-from graders.intake import MAX_NOTEBOOK_FILE_BYTES
 from graders.runs import nbgrader
 from graders.submission import Outcome, Result, Task
-from graders.worker import GRADER_MEMORY_BYTES
+from graders.worker import GRADER_MEMORY_BYTES, max_graded_bytes
 
 # The graded notebook a worker sends back: the submission and the outputs it may keep (graders/execute.py).
-MAX_GRADED_CHARS = 2 * (MAX_NOTEBOOK_FILE_BYTES + execute_caps.MAX_NOTEBOOK_BYTES)
+MAX_GRADED_CHARS = max_graded_bytes()
 
 
 EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")  # what nbgrader submit/collect put beside a notebook
