@@ -564,10 +564,13 @@ def test_the_signal_is_named_from_the_exit_code():
 
 
 def failing_while_the_other_waits(rank, world_size):
-    """Rank 1 fails at once; rank 0 has written on stderr and waits in a collective that will never complete."""
+    """Rank 1 fails once rank 0 has written on stderr; rank 0 then waits in a collective that will never complete.
+    (The first barrier orders the two: without it, rank 1 could fail before rank 0 has started.)"""
+    if rank == 0:
+        os.write(2, b"rank 0: still waiting in its all-reduce\n")
+    dist.barrier()
     if rank == 1:
         raise ValueError("rank 1 gives up")
-    os.write(2, b"rank 0: still waiting in its all-reduce\n")
     dist.barrier()
 
 
