@@ -173,7 +173,7 @@ hw-check:
 # requirements.txt and requirements.lock. TORCH_VERSIONS=2.14 picks versions, VERSIONS_LESSONS lessons.
 # tests/test_dependencies.py checks that what the judge and the helpers import is installed here.
 TORCH_VERSIONS ?= $(shell $(PYTHON) -m helpers.versions | cut -d" " -f1)
-VERSIONS_LESSONS ?= 01-dataparallel 02-ddp 03-amp 04-accelerate-tpu
+VERSIONS_LESSONS ?= 01-dataparallel 02-ddp 03-amp 04-accelerate-tpu 05-sharding
 # what the versions' environments leave out of requirements.txt: torch itself, the lab and the formgrader, grading's
 # cluster, the site
 VERSIONS_SKIP := ^(torch|torch_xla|jupyterlab|jupyter_server|nbgrader|dask|distributed|jupytext|pytest-xdist|sphinx|myst-nb|sphinx-book-theme|playwright)[=;]

@@ -27,14 +27,14 @@ from graders.audit_values import Values, parents_of
 # Helper functions the judges use as ground truth: an answer that calls one hands the judge its own answer.
 REFERENCES = {
     "helpers.ddp": {"reference_train", "large_batch_reference", "global_batch", "linear_scaled_lr"},
-    "helpers.ddp_reference": {"reference_train", "large_batch_reference", "global_batch", "linear_scaled_lr"},
     "helpers.amp": {"scaler_trajectory", "representable", "autocast_dtypes", "accumulation_reference",
-                    "saved_activation_bytes"},
-    "helpers.accel": {"reference"},
-    "helpers.memory": {"measure_step"},
-    "helpers.xla": {"count_compiles"},
+                    "saved_activation_bytes", "micro_batch_reference"}, "helpers.memory": {"measure_step"},
+    "helpers.accel": {"reference", "gather_lengths_reference"}, "helpers.xla": {"count_compiles"},
+    "helpers.sharding": {"zero_bytes", "local_shape", "shard_rows", "shard_state", "reshard", "converted",
+                         "reference_adam", "step_traffic", "flat_shard"},
     "helpers.grading": {"reference", "outcome", "encode", "dumps", "collect", "kernel_changes"},
 }
+REFERENCES.update({f"{module}_reference": REFERENCES[module] for module in ("helpers.ddp", "helpers.sharding")})
 # Functions an exercise asks the student to do without (by the grade id of its solution cell).
 # Lesson 3's hidden tests read torch's autocast state as the evidence of the device autocast was entered for: its
 # setters would write that evidence by hand (torch.autocast, the exercises' tool, sets it for them).
@@ -83,10 +83,10 @@ MACHINERY = "reaches the interpreter's machinery (sys.modules, frames, hooks)"
 # The names the lessons' import cells bind (instructor code, the same in every lesson): module aliases.
 ALIASES = {"dp": "helpers.dataparallel", "ddp": "helpers.ddp", "amp": "helpers.amp", "accel": "helpers.accel",
            "memory": "helpers.memory", "xla": "helpers.xla", "grading": "helpers.grading", "torch": "torch",
-           "sys": "sys", "os": "os", "DistributedSampler": "torch.utils.data.DistributedSampler",
+           "sys": "sys", "os": "os", "DistributedSampler": "torch.utils.data.DistributedSampler", "json": "json",
            "launch": "helpers.launch", "checkpoints": "helpers.checkpoints", "models": "helpers.models",
-           "data": "helpers.data", "F": "torch.nn.functional", "nn": "torch.nn", "dist": "torch.distributed",
-           "mp": "torch.multiprocessing", "plt": "matplotlib.pyplot", "json": "json", "tempfile": "tempfile"}
+           "data": "helpers.data", "F": "torch.nn.functional", "dist": "torch.distributed", "tempfile": "tempfile",
+           "mp": "torch.multiprocessing", "plt": "matplotlib.pyplot", "sharding": "helpers.sharding", "nn": "torch.nn"}
 MODULE_VALUES = {*ALIASES.values(), *REFERENCES, "helpers"} - {ALIASES["DistributedSampler"]}
 
 

@@ -189,7 +189,7 @@ def judge(solution, graded, apart: bool = True) -> dict:
         namespace = dict(base)
         grading.use_hidden_seed(run["seed"])
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
+            with contextlib.redirect_stdout(io.StringIO()), speaking(graded):
                 exec(compile(parts["setup"], f"<{grade_id} setup>", "exec"), namespace)
                 namespace["_got"] = mine[0]["data"]
                 exec(compile(parts["judge"], f"<{grade_id} judge>", "exec"), namespace)
@@ -205,6 +205,25 @@ def judge(solution, graded, apart: bool = True) -> dict:
         flags += v["flags"]
     flags += audit.audit(student_cells(solution, graded), audit.course_modules(solution))
     return {"cells": verdicts, "flags": sorted(set(flags))}
+
+
+@contextlib.contextmanager
+def speaking(graded):
+    """The helpers the judge part calls speak the graded notebook's edition (helpers/language.py), so that a message
+    of theirs in a verdict is in the submission's language (graders/redact.py shows it on the feedback page)."""
+    from helpers import language
+
+    edition = graded.get("metadata", {}).get("course_edition")
+    before = os.environ.get(language.ENV)
+    if isinstance(edition, str) and edition in language.languages():
+        language.use(edition)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(language.ENV, None)
+        else:
+            os.environ[language.ENV] = before
 
 
 def read_notebook(path: str):

@@ -19,6 +19,7 @@
 
 import ast
 import builtins
+import functools
 import html
 import json
 import os
@@ -29,7 +30,7 @@ from nbconvert.filters.markdown_mistune import InvalidNotebook, IPythonRenderer,
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
-from graders.words import ENGLISH, FRAME
+from graders.words import ENGLISH, FRAME, JUDGE, shows_no_data
 from i18n.catalog import LANGUAGES, words
 
 NOTICE = ENGLISH["notice"]
@@ -94,7 +95,9 @@ def in_language(page: str, lang: str) -> str:
 
 class RedactHiddenTests(ClearHiddenTests):
     def preprocess(self, nb, resources):
-        self.said = words(edition(nb))
+        self.lang = edition(nb)
+        self.said = words(self.lang)
+        self.lesson = lesson_of(nb, resources)
         return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, cell_index):
@@ -103,16 +106,80 @@ class RedactHiddenTests(ClearHiddenTests):
         if had_hidden:
             said = getattr(self, "said", ENGLISH)
             cell.source = cell.source.rstrip() + f"\n# {said['notice']}"
-            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=verdict_line(cell, said) + "\n")]
+            line = verdict_line(cell, said, getattr(self, "lesson", None), getattr(self, "lang", "en"))
+            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=line + "\n")]
         return cell, resources
 
 
-def verdict_line(cell, said: dict = ENGLISH) -> str:
-    """One line for a graded cell: the exercise, its points, passed or failed, and, when the judge said which
-    property failed in words that carry no data (no digits, quotes or brackets: never a hidden input or an
-    expected value), that property."""
+def lesson_of(nb, resources: dict) -> str | None:
+    """Which lesson a submission is: the assignment nbgrader renders (the grader's name for it), else the lesson
+    whose first cell the notebook has."""
+    from i18n.catalog import LESSONS, lesson_of as by_first_cell
+
+    named = (resources or {}).get("nbgrader", {}).get("assignment")
+    return named if named in LESSONS else by_first_cell(nb)
+
+
+@functools.lru_cache(maxsize=None)
+def lesson_words(lesson: str, lang: str) -> dict:
+    """What the lesson's source says of its graded cells in `lang` (its catalog: i18n/<lang>/<lesson>.po): "names",
+    grade id -> the heading the lesson puts before the cell ("Exercise 3 — ...", its points left to the label);
+    "messages", grade id -> (English, translation) of each message its hidden tests' judge may show (both
+    literals as the source writes them; i18n.catalog.judge_texts)."""
+    from i18n import catalog
+
+    source = catalog.source_notebook(lesson)
+    shown = source if lang == "en" else catalog.translate(source, lang, lesson, strict=False)
+    names, heading = {}, None
+    for cell in shown.cells:
+        if cell.cell_type == "markdown":
+            heading = ([*re.findall(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", cell.source, re.M)] or [heading])[-1]
+        elif cell.metadata.get("nbgrader", {}).get("grade") and heading:
+            names[cell.metadata["nbgrader"]["grade_id"]] = re.sub(r"\s*\(\s*\d[^()]*\)$", "", heading)
+    grade_ids = {cell.get("id"): cell.metadata.get("nbgrader", {}).get("grade_id") for cell in source.cells}
+    said = catalog.read(lang, lesson)
+    messages = {}
+    for cell_id, english in catalog.judge_texts(source):
+        found = said.get(english, context=cell_id)
+        if lang == "en":
+            translated = english
+        elif found and found.string and "fuzzy" not in found.flags and not catalog.literal_problem(english, found.string):
+            translated = found.string
+        else:
+            continue  # not translated (yet): such a message is not shown (verdict_line)
+        messages.setdefault(grade_ids[cell_id], []).append((english, translated))
+    return {"names": names, "messages": messages}
+
+
+def said_in(message: str, templates: list) -> str | None:
+    """`message`, said by one of the (English, translation) literals of `templates` (the first that writes it, its
+    placeholders' values carried over), in the translation's words; None if none writes it."""
+    for english, translated in sorted(templates, key=lambda pair: pair[0].lstrip().startswith("f")):
+        parts, said = _parts(english), _parts(translated)
+        pattern = "".join("(.*?)" if field else re.escape(text) for text, field in parts)
+        if (match := re.fullmatch(pattern, message, re.S)) is not None:
+            values = dict(zip([field for _, field in parts if field], match.groups()))
+            return "".join(values[field] if field else text for text, field in said)
+    return None
+
+
+def _parts(literal: str) -> list[tuple[str, str | None]]:
+    """A string literal's (text, None) parts and (, placeholder) parts (the placeholder's code, as ast.dump)."""
+    node = ast.parse(f"(\n{literal}\n)", mode="eval").body
+    if isinstance(node, ast.Constant):
+        return [(node.value, None)]
+    return [(v.value, None) if isinstance(v, ast.Constant) else ("", ast.dump(v)) for v in node.values]
+
+
+def verdict_line(cell, said: dict = ENGLISH, lesson: str | None = None, lang: str = "en") -> str:
+    """One line for a graded cell: the exercise as the lesson names it, its points, passed or failed, and, when the
+    judge said which property failed in words that carry no data (no digits, quotes or brackets: never a hidden
+    input or an expected value), that property, in `lang` (said: words(lang)); in another language than English,
+    only a message the lesson's catalog translates (else that the hidden tests found a problem)."""
     meta = cell.metadata.get("nbgrader", {})
-    exercise = str(meta.get("grade_id", "this exercise")).removesuffix("_tests")
+    grade_id = meta.get("grade_id")
+    known = lesson_words(lesson, lang) if lesson else {"names": {}, "messages": {}}
+    exercise = known["names"].get(grade_id) or (str(grade_id).removesuffix("_tests") if grade_id else said["this_exercise"])
     points = meta.get("points", 0)
     label = exercise
     if isinstance(points, (int, float)):
@@ -126,7 +193,11 @@ def verdict_line(cell, said: dict = ENGLISH) -> str:
         why = said["errored_with"].format(error=shown) if shown else said["errored"]
     else:
         message = str(judged.get("message", ""))
-        why = said["found"].format(message=message) if _shows_no_data(message) else said["problem"]
+        words_of_judge = [(repr(ENGLISH[key]), repr(said[key])) for key in JUDGE]
+        shown = said_in(message, words_of_judge + known["messages"].get(grade_id, [])) if shows_no_data(message) else None
+        shown = message if shown is None and lang == "en" and shows_no_data(message) else shown
+        why = said["found"].format(message=shown) if shown else said["problem"]
+    why += "" if why.rstrip().endswith((".", "?", "!")) else "."  # the notice after it is a sentence of its own
     return said["failed"].format(label=label, why=why) + " " + said["notice"]
 
 
@@ -158,10 +229,6 @@ def _check_messages(source: str) -> list[list]:
         elif isinstance(node, ast.Assert) and isinstance(node.msg, ast.JoinedStr):
             messages.append([v.value if isinstance(v, ast.Constant) else None for v in node.msg.values])
     return messages
-
-
-def _shows_no_data(message: str) -> bool:
-    return 0 < len(message) <= 200 and not re.search(r"[0-9'\"\[\]{}()<>=]", message)
 
 
 def _verdicts() -> dict:

@@ -4,6 +4,8 @@ A key names each message; the English is a str.format template whose placeholder
 page's frame (nbgrader's feedback template) is translated by its exact English phrases (FRAME).
 """
 
+import re
+
 ENGLISH = {
     "notice": "Hidden tests ran here. Their code and output are not shown.",
     "points": "{exercise} ({points:g} points)",
@@ -16,6 +18,14 @@ ENGLISH = {
     "unsolved": "not solved yet: write your answer in place of this line, then run this cell and its check",
     "found": "the hidden tests found this: {message}",
     "problem": "the hidden tests found a problem.",
+    "this_exercise": "this exercise",  # a graded cell the lesson does not name (no heading before it)
+    # the judge's own verdicts, as graders/judge.py writes them (tests/test_feedback_language.py checks that they are
+    # the same); the hidden tests' are in each lesson's catalog (i18n/catalog.py judge_texts)
+    "judge_missing": "the cell is missing from the graded notebook",
+    "judge_no_run": "the hidden tests did not run",
+    "judge_no_results": "the hidden tests' results did not arrive",
+    "judge_several": "more than one collection",
+    "judge_assertion": "an assertion failed",
     # nbgrader's feedback template, phrase by phrase as it writes them
     "frame_score": "Score: ",
     "frame_test_cell": ">Test cell<",
@@ -28,6 +38,14 @@ ENGLISH = {
     "frame_top": ">(Top)<",
 }
 FRAME = tuple(key for key in ENGLISH if key.startswith("frame_"))
+JUDGE = tuple(key for key in ENGLISH if key.startswith("judge_"))
+DATA = re.compile(r"[0-9'\"\[\]{}()<>=]")  # what a hidden input or an expected value is written with
+
+
+def shows_no_data(message: str) -> bool:
+    """Whether a judge's message may be shown: short, in words only (no digits, quotes or brackets: never a hidden
+    input or an expected value)."""
+    return 0 < len(message) <= 200 and not DATA.search(message)
 
 
 def unsolved_stub(message: str) -> str:

@@ -17,9 +17,12 @@ One module per concept:
   accel, xla, lightning_demo   Accelerate, torch_xla and Lightning (lesson 4); tpu_precision: a TPU's default
                 fp32 matmul precision, simulated on XLA:CPU
   tpu_stack     which TPU stack this runtime has (TorchTPU, torch_xla or none) and why; lesson 4's step on TorchTPU
+  sharding      ZeRO and FSDP2 (lesson 5); it gathers sharding_reference (shard shapes, ZeRO's bytes, the single-process
+                Adam reference), sharding_workers (what each rank runs) and sharding_judging (the verdicts)
   fresh         a function in a fresh Python process (XLA settings, fork-based launchers)
   grading       what a hidden test hands the grader's judge: a student's results as plain data
   hw_check      `make hw-check`: the lessons and their key figures on this machine
+  language      the language the helpers speak: the notebook's edition, told once by its setup cell (`say`)
 """
 
 __version__ = "0.1.0"

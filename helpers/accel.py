@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from . import data, ddp, fresh as _fresh, launch as _launch  # noqa: E402
 from ._validate import positive_int, positive_number, str_dict  # noqa: E402
+from .language import say  # noqa: E402
 
 
 def launch_env(num_processes: int) -> dict[str, str]:
@@ -151,6 +152,30 @@ def gather_worker(n_samples: int, batch_size: int) -> dict:
     return {"rank": acc.process_index, "local": local, "gather": gathered, "gather_for_metrics": for_metrics}
 
 
+def gather_lengths_reference(n_samples: int, batch_size: int, num_processes: int) -> tuple[int, int]:
+    """(len(gather), len(gather_for_metrics)) of gather_worker's loop on `num_processes` processes, worked out in this
+    one process from Accelerate's own sharding: the loader `prepare` gives each process (prepare_data_loader with its
+    process index: its batches, even across processes, and the remainder Accelerate reads at the loader's start),
+    gathered step by step as `gather` concatenates them, the last step cut to that remainder as `gather_for_metrics`
+    cuts it. No launch: the grader's reference for any number of processes (tests/test_accel.py checks it against
+    launched runs)."""
+    from accelerate.data_loader import prepare_data_loader
+
+    positive_int("n_samples", n_samples)
+    positive_int("batch_size", batch_size)
+    positive_int("num_processes", num_processes)
+    loaders = [prepare_data_loader(DataLoader(data.indexed(n_samples), batch_size=batch_size),
+                                   num_processes=num_processes, process_index=rank, put_on_device=False)
+               for rank in range(num_processes)]
+    local = [[len(x) for (x,) in loader] for loader in loaders]
+    if len({len(steps) for steps in local}) != 1:
+        raise RuntimeError(f"the processes' loaders have different numbers of batches: {local}")
+    per_step = [sum(steps[i] for steps in local) for i in range(len(local[0]))]
+    remainder = loaders[0].remainder
+    last = min(remainder, per_step[-1]) if remainder > 0 else per_step[-1]
+    return sum(per_step), sum(per_step[:-1]) + last
+
+
 def checkpoint_worker(folder: str) -> dict:
     """save_state after a step, a second step, load_state: the weights return to the saved ones."""
     acc = accelerator()
@@ -169,7 +194,7 @@ def checkpoint_worker(folder: str) -> dict:
             saved = {k: v.clone().cpu() for k, v in acc.unwrap_model(net).state_dict().items()}
     acc.load_state(folder)
     restored = {k: v.cpu() for k, v in acc.unwrap_model(net).state_dict().items()}
-    acc.print(f"saved to {folder}: {sorted(os.listdir(folder))}")  # printed by the main process only
+    acc.print(say("saved to {folder}: {files}", folder=folder, files=sorted(os.listdir(folder))))  # main process only
     return {"equal": all(torch.equal(saved[k], restored[k]) for k in saved), "files": sorted(os.listdir(folder))}
 
 
@@ -221,9 +246,9 @@ def tpu_env_problem(env: dict) -> str | None:
     str_dict("env", env)
     for name, value in env.items():
         if name not in TPU_SAFE_ENV:
-            return f"with a TPU, {name} is not known to leave Accelerate and torch_xla on it"
+            return say("with a TPU, {name} is not known to leave Accelerate and torch_xla on it", name=name)
         if not TPU_SAFE_ENV[name](value):
-            return f"with a TPU, {name}={value} keeps Accelerate or torch_xla off it"
+            return say("with a TPU, {name}={value} keeps Accelerate or torch_xla off it", name=name, value=value)
     return None
 
 

@@ -52,6 +52,9 @@ def elsewhere(x: torch.Tensor) -> torch.Tensor:
     return x.as_subclass(_Elsewhere)
 
 
+_said_elsewhere = elsewhere  # for the functions whose argument `elsewhere` hides it
+
+
 def autocast_state() -> dict:
     """torch's own autocast state now, for each device type of WATCHED: its autocast dtype, or None where it is off."""
     return {d: torch.get_autocast_dtype(d) if torch.is_autocast_enabled(d) else None for d in WATCHED}
@@ -246,6 +249,44 @@ def accumulation_batches(k: int, rows: int, steps: int = 5, seed: int = 0, bad=(
             xb[bad[i] * rows, 0] = float("inf")
         batches.append(list(zip(xb.split(rows), yb.split(rows))))
     return batches
+
+
+def micro_batch_reference(k: int, rows: int, max_norm: float, steps: int = 5, seed: int = 0, lr: float = 0.05, bad=(),
+                          init_scale: float = 2.0**16, growth_interval: int = 2000, elsewhere: bool = False) -> list[dict]:
+    """Lesson 3's accumulation exercise done as it asks, by torch: the model, optimizer, scaler and batches of
+    accumulation_reference, and each step on that step's k micro-batches one after the other (each forward under fp16
+    autocast for its batch's device type, `scaler.scale(loss / k).backward()` before the next forward), then once:
+    unscale_, clipping to `max_norm`, scaler.step, scaler.update. `elsewhere`: the micro-batches' x say they are on
+    SIMULATED_DEVICE (`elsewhere`), whose autocast changes nothing computed on the CPU: the step is fp32 there.
+    Per step as accumulation_reference: "start", "loss" (the mean of the micro-batch losses), "scale", "moved"."""
+    from . import models
+
+    positive_number("max_norm", max_norm)
+    positive_number("lr", lr)
+    if not isinstance(elsewhere, bool):
+        raise ValueError(f"elsewhere must be a bool, got {elsewhere!r}")
+    model = models.seeded(models.MLP, seed, in_features=16, hidden=32, out_features=2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
+    trajectory = []
+    for micro in accumulation_batches(k, rows, steps, seed, bad):
+        start = {name: t.detach().clone() for name, t in model.state_dict().items()}
+        before = [p.detach().clone() for p in model.parameters()]
+        optimizer.zero_grad()
+        total = 0.0
+        for x, y in micro:
+            x = _said_elsewhere(x) if elsewhere else x
+            with torch.autocast(x.device.type, dtype=torch.float16):
+                loss = F.mse_loss(model(x), y)
+            scaler.scale(loss / k).backward()
+            total += loss.item()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
+        trajectory.append({"start": start, "loss": total / k, "scale": scaler.get_scale(), "moved": moved})
+    return trajectory
 
 
 def accumulation_reference(k: int, rows: int, max_norm: float, steps: int = 5, seed: int = 0, lr: float = 0.05, bad=(),

@@ -49,8 +49,9 @@ comm = importlib.import_module("torch.nn.parallel.comm")
 from . import compare
 from ._saved import saved_bytes
 from ._validate import positive_int
+from .language import message, say
 
-PHASES = ("scatter", "replicate", "forward", "gather", "backward")
+PHASES = (message("scatter"), message("replicate"), message("forward"), message("gather"), message("backward"))
 
 
 def split_sizes(batch_size: int, n_devices: int) -> list[int]:
@@ -84,22 +85,23 @@ def pieces_problem(pieces, x: torch.Tensor, n_devices: int) -> str | None:
         raise ValueError("x must be a batch: a tensor with at least one dimension")
     expected = list(x.split(split_sizes(len(x), n_devices)))
     if type(pieces) is not list or not all(type(p) is torch.Tensor for p in pieces):
-        return "the model's inputs were not tensors"
+        return say("the model's inputs were not tensors")
     left = list(range(len(expected)))
     for piece in pieces:
         match = next((i for i in left if compare.same_tensor(piece, expected[i])), None)
         if match is None:
             if any(compare.same_tensor(piece, e) for e in expected):
-                return "the model ran more than once on one device's rows: run it once per device"
-            return ("the model ran on rows that are no device's piece: split the batch as DataParallel does "
-                    "(contiguous pieces, torch's chunk rule)")
+                return say("the model ran more than once on one device's rows: run it once per device")
+            return say("the model ran on rows that are no device's piece: split the batch as DataParallel does "
+                       "(contiguous pieces, torch's chunk rule)")
         left.remove(match)
     if left:
-        return "the model never ran on some device's rows: run it once on each device's piece"
+        return say("the model never ran on some device's rows: run it once on each device's piece")
     return None
 
 
-_CHUNK_FORBIDDEN = "work out the rule yourself: torch.chunk and the course's split helpers are off limits here"
+_CHUNK_FORBIDDEN = message(
+    "work out the rule yourself: torch.chunk and the course's split helpers are off limits here")
 _forbidden_message = _CHUNK_FORBIDDEN
 # The operators that split by torch.chunk's rule. They are refused in torch's dispatcher, where every route ends:
 # torch.chunk, Tensor.chunk, torch._C._VariableFunctions.chunk, torch.ops.aten.chunk, any alias of them, C++
@@ -109,7 +111,7 @@ _refusing = {"library": None, "depth": 0}
 
 
 def _refusal(*args, **kwargs):
-    raise AssertionError(_forbidden_message)
+    raise AssertionError(say(_forbidden_message))
 
 
 @contextmanager
@@ -277,7 +279,7 @@ class TimedDataParallel(_StepRecorder, nn.DataParallel):
 
     @property
     def label(self) -> str:
-        return f"real nn.DataParallel on CUDA devices {self.device_ids}"
+        return say("real nn.DataParallel on CUDA devices {ids}", ids=self.device_ids)
 
 
 class EmulatedDataParallel(_StepRecorder, nn.DataParallel):
@@ -306,7 +308,7 @@ class EmulatedDataParallel(_StepRecorder, nn.DataParallel):
 
     @property
     def label(self) -> str:
-        return f"emulated nn.DataParallel on {len(self.device_ids)} virtual CPU devices"
+        return say("emulated nn.DataParallel on {n} virtual CPU devices", n=len(self.device_ids))
 
     def scatter(self, inputs, kwargs, device_ids):
         with _virtual_collectives():

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from . import checkpoints, compare, data
 from ._validate import positive_int
 from .ddp_reference import TrainConfig, large_batch_reference, reference_train, same_state
+from .language import say
 
 
 # ---- sharding the data ---------------------------------------------------------------------------
@@ -100,28 +101,33 @@ def loader_batches_problem(record: list, n_samples: int, world_size: int, batch_
     shards = []
     for rank, entry in enumerate(record):
         if not entry["is_dataloader"]:
-            return f"rank {rank}: make_loader returned a {entry['loader']}, not a DataLoader"
+            return say("rank {rank}: make_loader returned a {loader}, not a DataLoader", rank=rank, loader=entry['loader'])
         rows = []
         for size, values in entry["batches"]:
             if size > batch_size:
-                return f"rank {rank}: a batch of {size} samples, more than batch_size={batch_size}"
+                return say("rank {rank}: a batch of {size} samples, more than batch_size={batch_size}", rank=rank,
+                           size=size, batch_size=batch_size)
             rows += values
         if entry["not_tensor"] is not None:
-            return f"rank {rank}: a batch holds a {entry['not_tensor']}, not the dataset's tensors"
+            return say("rank {rank}: a batch holds a {kind}, not the dataset's tensors", rank=rank,
+                       kind=entry['not_tensor'])
         if len(rows) != len(set(rows)):
-            return f"rank {rank} sees a sample twice in one epoch"
+            return say("rank {rank} sees a sample twice in one epoch", rank=rank)
         shards.append((rows, len(entry["batches"])))
     counts = [len(rows) for rows, _ in shards]
     if len(set(counts)) > 1:
-        return f"the ranks get different numbers of samples ({counts}): their gradients would not weigh alike"
+        return say("the ranks get different numbers of samples ({counts}): their gradients would not weigh alike",
+                   counts=counts)
     if counts[0] != share:
-        return (f"each rank gets {counts[0]} of the {n_samples} samples over {world_size} ranks: every rank must "
-                f"get the same share, n_samples / world_size rounded up")
+        return say("each rank gets {count} of the {n_samples} samples over {world_size} ranks: every rank must "
+                   "get the same share, n_samples / world_size rounded up", count=counts[0], n_samples=n_samples,
+                   world_size=world_size)
     if any(batches != n_batches for _, batches in shards):
-        return f"{[b for _, b in shards]} batches per rank: expected the batches of {share} samples at batch_size={batch_size}"
+        return say("{batches} batches per rank: expected the batches of {share} samples at batch_size={batch_size}",
+                   batches=[b for _, b in shards], share=share, batch_size=batch_size)
     missing = set(range(n_samples)) - {i for rows, _ in shards for i in rows}
     if missing:
-        return f"samples on no rank: {len(missing)} of the {n_samples}"
+        return say("samples on no rank: {missing} of the {n_samples}", missing=len(missing), n_samples=n_samples)
     return None
 
 
@@ -139,33 +145,35 @@ def checkpoint_problem(ranks: list, cfg: TrainConfig) -> str | None:
         raise ValueError("ranks must be the list of checkpoint_worker's results")
     writers = [r["rank"] for r in ranks if r["wrote"]]
     if 0 not in writers:
-        return "rank 0 did not write the checkpoint"
+        return say("rank 0 did not write the checkpoint")
     if writers != [0]:
-        return (f"ranks {writers} all wrote the checkpoint: only rank 0 may write it (the others race it for "
-                f"the same file)")
+        return say("ranks {writers} all wrote the checkpoint: only rank 0 may write it (the others race it for "
+                   "the same file)", writers=writers)
     keys = list(cfg.model().state_dict())
     for r in ranks:
         loaded = r["loaded"]
-        problem = _state_dict_problem(loaded, keys, "what the checkpoint holds", "a plain model cannot load it (save the model inside DDP)")
+        problem = _state_dict_problem(loaded, keys, say("what the checkpoint holds"),
+                                      say("a plain model cannot load it (save the model inside DDP)"))
         if problem:
             return problem
         if not same_state(loaded, r["trained"]):
-            return f"rank {r['rank']} loaded weights that differ from the trained ones"
+            return say("rank {rank} loaded weights that differ from the trained ones", rank=r['rank'])
     reference = large_batch_reference(cfg, len(ranks), 1)["state"]
     for r in ranks:
         if not same_state(r["trained"], reference):
-            return f"rank {r['rank']}'s weights changed while it saved: saving must leave the model as it is"
+            return say("rank {rank}'s weights changed while it saved: saving must leave the model as it is",
+                       rank=r['rank'])
     return None
 
 
 def _state_dict_problem(state, keys: list, what: str, prefix_hint: str) -> str | None:
     """What is wrong with `state` as a state dict with exactly `keys` (None when nothing is)."""
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        return f"{what} is a {type(state).__name__}, not a state dict of tensors"
+        return say("{what} is a {kind}, not a state dict of tensors", what=what, kind=type(state).__name__)
     if list(state) != keys:
         if list(state) == [checkpoints.PREFIX + k for k in keys]:
-            return f"the keys of {what} start with 'module.': {prefix_hint}"
-        return f"the keys of {what} are not the model's state dict keys"
+            return say("the keys of {what} start with 'module.': {hint}", what=what, hint=prefix_hint)
+        return say("the keys of {what} are not the model's state dict keys", what=what)
     return None
 
 
@@ -185,94 +193,94 @@ def checkpoint_failure(error: BaseException) -> str:
     line = last_error_line(error)
     rank = getattr(error, "rank", "?")
     if "UnpicklingError" in line or "Weights only load failed" in line:
-        hint = "the file is not a plain state dict of tensors"
+        hint = say("the file is not a plain state dict of tensors")
     elif any(s in line for s in ("FileNotFoundError", "No such file", "PytorchStreamReader", "EOFError", "zip archive")):
-        hint = "a rank read the file before rank 0 had finished writing it"
+        hint = say("a rank read the file before rank 0 had finished writing it")
     elif "imed out" in line:
-        hint = "a rank waited for a partner that never came (a barrier that not every rank reaches?)"
+        hint = say("a rank waited for a partner that never came (a barrier that not every rank reaches?)")
     else:
-        hint = raised_where(error) or "its traceback names no line of your code"
-    return f"rank {rank} failed: {line} ({hint})"
+        hint = raised_where(error) or say("its traceback names no line of your code")
+    return say("rank {rank} failed: {line} ({hint})", rank=rank, line=line, hint=hint)
 
 
 def raised_where(error: BaseException) -> str:
     """Where a failed rank raised: the last frame of its traceback, as "raised in FUNCTION: CODE" ("" if none)."""
     frames = re.findall(r'File "[^"]*", line \d+, in (\S+)\n[ \t]+(\S[^\n]*)', getattr(error, "details", ""))
-    return f"raised in {frames[-1][0]}: {frames[-1][1].strip()}" if frames else ""
+    return say("raised in {function}: {code}", function=frames[-1][0], code=frames[-1][1].strip()) if frames else ""
 
 
 # ---- a complete DDP worker -----------------------------------------------------------------------
 
 
-def worker_problem(ranks: list, cfg: TrainConfig, world_size: int, epoch_numbers: list[int] | None = None) -> str | None:
+def worker_problem(ranks: list, cfg: TrainConfig, world_size: int) -> str | None:
     """What is wrong with the results of a complete DDP worker (None when nothing is): each returns
-    {"state": clean state dict, "mean_loss": float}; the weights equal `reference_train` (with `epoch_numbers`,
-    the numbers the worker gave set_epoch, when they are known) and agree exactly between ranks; mean_loss is
-    the mean over the ranks of the last batch's loss, which is the reference's last loss (every rank's last
-    batch has the same size under DistributedSampler)."""
+    {"state": clean state dict, "mean_loss": float}; the weights agree exactly between ranks and equal
+    `reference_train`'s, with set_epoch numbering the epochs from 0 or from 1; mean_loss is the mean over the
+    ranks of the last batch's loss, which is that reference's last loss (every rank's last batch has the same
+    size under DistributedSampler)."""
     if not isinstance(ranks, list) or not ranks:
         raise ValueError("ranks must be the non-empty list of the worker's results")
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     positive_int("world_size", world_size)
     if not all(compare.is_record(r, {"state": None, "mean_loss": None}) for r in ranks):
-        return "return a dict with the keys 'state' and 'mean_loss' (and no others)"
+        return say("return a dict with the keys 'state' and 'mean_loss' (and no others)")
     keys = list(cfg.model().state_dict())
     for r in ranks:
-        problem = _state_dict_problem(r["state"], keys, "the returned 'state'", "return the clean state dict of the model inside DDP")
+        problem = _state_dict_problem(r["state"], keys, say("the returned 'state'"),
+                                      say("return the clean state dict of the model inside DDP"))
         if problem:
             return problem
     if not all(same_state(r["state"], ranks[0]["state"], atol=0) for r in ranks):
-        return "the ranks end with different weights: are the gradients averaged (the model wrapped in DDP)?"
-    reference = reference_train(cfg, world_size, epoch_numbers)
-    if not same_state(ranks[0]["state"], reference["state"]):
-        if cfg.epochs > 1 and cfg.set_epoch and epoch_numbers is None:
+        return say("the ranks end with different weights: are the gradients averaged (the model wrapped in DDP)?")
+    reference = next((ref for ref in _numbered_references(cfg, world_size) if same_state(ranks[0]["state"], ref["state"])),
+                     None)
+    if reference is None:
+        if cfg.epochs > 1 and cfg.set_epoch:
             import dataclasses
 
             forgot = reference_train(dataclasses.replace(cfg, set_epoch=False), world_size)
             if same_state(ranks[0]["state"], forgot["state"]):
-                return "the weights equal a run that never calls set_epoch: call sampler.set_epoch(epoch) every epoch"
-        return ("the weights differ from one process trained on the same global batches: check the sampler, the "
-                "batch size, the learning rate, zero_grad and the loss")
+                return say("the weights equal a run that never calls set_epoch: call sampler.set_epoch(epoch) every "
+                           "epoch")
+        return say("the weights differ from one process trained on the same global batches: check the sampler, the "
+                   "batch size, the learning rate, zero_grad, the loss and set_epoch (the same epoch on every rank, "
+                   "numbered from 0 or from 1)")
     losses = [r["mean_loss"] for r in ranks]
     not_floats = [v for v in losses if type(v) is not float]
     if not_floats:
-        return f"mean_loss must be a float, got {type(not_floats[0]).__name__}"
+        return say("mean_loss must be a float, got {kind}", kind=type(not_floats[0]).__name__)
     if not all(math.isfinite(v) for v in losses):
-        return "mean_loss is not a finite number"
+        return say("mean_loss is not a finite number")
     if any(v != losses[0] for v in losses):
-        return "the ranks return different mean_loss values: all-reduce the loss"
+        return say("the ranks return different mean_loss values: all-reduce the loss")
     if not compare.same_values(losses[0], float(reference["losses"][-1]), atol=1e-5, rtol=1e-5):
-        return "mean_loss is not the mean over the ranks of the last batch's loss"
+        return say("mean_loss is not the mean over the ranks of the last batch's loss")
     return None
 
 
-def observed_worker_problem(records: list, cfg: TrainConfig, world_size: int) -> str | None:
-    """What is wrong with a complete DDP worker, from what `observed_worker` reported on each rank (None when
-    nothing is): every rank left the process group; every rank went once per epoch through its
-    DistributedSampler, shuffled with the same epoch number on every rank and a new one every epoch (any
-    numbering: 0, 1, ... or 1, 2, ...); then `worker_problem` on the results, against the reference trained
-    with those epoch numbers."""
+def _numbered_references(cfg: TrainConfig, world_size: int):
+    """reference_train with set_epoch's epochs numbered from 0, then from 1 (computed when asked for)."""
+    if not cfg.set_epoch:
+        yield reference_train(cfg, world_size)
+        return
+    for first in (0, 1):
+        yield reference_train(cfg, world_size, list(range(first, first + cfg.epochs)))
+
+
+def share_worker_problem(records: list, cfg: TrainConfig, world_size: int) -> str | None:
+    """What is wrong with a complete DDP worker run under `share_worker` (None when nothing is): every rank left the
+    process group (step 5), and `worker_problem` on the results. Each rank had cfg's samples only where its own
+    sampler takes them (helpers.ddp_workers.rank_share): weights equal to the reference say that the ranks trained
+    on their shares and averaged their gradients."""
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     positive_int("world_size", world_size)
-    fields = {"result": None, "epochs": list, "left_group": bool}
+    fields = {"result": None, "left_group": bool}
     if type(records) is not list or len(records) != world_size or not all(compare.is_record(r, fields) for r in records):
-        return f"expected a result from each of the {world_size} ranks"
+        return say("expected a result from each of the {world_size} ranks", world_size=world_size)
     staying = [rank for rank, r in enumerate(records) if not r["left_group"]]
     if staying:
-        return (f"step 5: rank {staying[0]} was still in the process group when the worker returned: leave it "
-                f"(dist.destroy_process_group())")
-    epochs = [r["epochs"] for r in records]
-    if not all(type(e) is int for numbers in epochs for e in numbers):
-        return "set_epoch must be given an int"
-    passes = [len(numbers) for numbers in epochs]
-    if any(n != cfg.epochs for n in passes):
-        return (f"{cfg.epochs} epochs, but a rank went {next(n for n in passes if n != cfg.epochs)} times through a "
-                f"DistributedSampler: load the data through the sampler of cfg.sampler, once per epoch")
-    if any(numbers != epochs[0] for numbers in epochs):
-        return "the ranks shuffled with different epoch numbers: call sampler.set_epoch(epoch) with the same epoch on every rank"
-    if cfg.set_epoch and len(set(epochs[0])) < len(epochs[0]):
-        return ("two epochs shuffled alike (the same epoch number): call sampler.set_epoch(epoch) every epoch, "
-                "with a new epoch each time")
-    return worker_problem([r["result"] for r in records], cfg, world_size, epochs[0])
+        return say("step 5: rank {rank} was still in the process group when the worker returned: leave it "
+                   "(dist.destroy_process_group())", rank=staying[0])
+    return worker_problem([r["result"] for r in records], cfg, world_size)

@@ -79,14 +79,18 @@ class TrainConfig:
     lr: float = 0.05
     seed: int = 0
     set_epoch: bool = True
+    data_seed: int | None = None  # the data's own seed (a hidden test's, apart from the model's); None: seed
 
     def __post_init__(self):
         for name in ("n_samples", "in_features", "hidden", "out_features", "batch_size", "epochs"):
             positive_int(name, getattr(self, name))
         positive_number("lr", self.lr)
+        if self.data_seed is not None:
+            positive_int("data_seed", self.data_seed, minimum=0)
 
     def dataset(self):
-        return data.regression(self.n_samples, self.in_features, self.out_features, seed=self.seed)
+        seed = self.seed if self.data_seed is None else self.data_seed
+        return data.regression(self.n_samples, self.in_features, self.out_features, seed=seed)
 
     def model(self):
         return models.seeded(models.MLP, self.seed, in_features=self.in_features, hidden=self.hidden,

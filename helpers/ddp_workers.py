@@ -7,6 +7,7 @@ start it too. What a worker's result must equal is in helpers.ddp_reference.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -14,16 +15,18 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, TensorDataset
 
 from . import checkpoints, data, launch, models
 from ._validate import positive_int
 from .ddp_reference import TrainConfig
+from .language import say
 
 
 # ---- a reusable DDP trainer ----------------------------------------------------------------------
@@ -60,7 +63,7 @@ def train_worker(rank: int, world_size: int, cfg: TrainConfig, progress: bool = 
             losses.append(mean_loss.item() / world_size)
             bar.update()
     if progress:  # every rank, as torchrun shows it: launch prints it as "[rank1]: ..."
-        print(f"{len(losses)} steps, last mean loss {losses[-1]:.4f}")
+        print(say("{steps} steps, last mean loss {loss:.4f}", steps=len(losses), loss=losses[-1]))
     return {"state": checkpoints.clean_state_dict(model), "losses": losses}
 
 
@@ -76,7 +79,7 @@ def hello(rank: int, world_size: int) -> dict:
 def hello_spawn(rank: int, world_size: int, folder: str) -> None:
     """For torch.multiprocessing.spawn (which passes the rank first): leave a note in `folder`."""
     with open(os.path.join(folder, f"rank{rank}.txt"), "w") as f:
-        f.write(f"rank {rank} of {world_size}, process {os.getpid()}")
+        f.write(say("rank {rank} of {world_size}, process {pid}", rank=rank, world_size=world_size, pid=os.getpid()))
 
 
 class SpawnedStderr:
@@ -273,25 +276,49 @@ def checkpoint_worker(rank: int, world_size: int, cfg: TrainConfig, path: str, s
     return {"rank": rank, "trained": checkpoints.clean_state_dict(model), "loaded": loaded, "wrote": wrote[0]}
 
 
-def observed_worker(rank: int, world_size: int, worker, *args) -> dict:
-    """Run `worker(rank, world_size, *args)`, a complete DDP worker that joins and leaves the process group itself
-    (`launch(observed_worker, n, args=(worker, ...), init_process_group=False)`, as torchrun starts a script), and
-    report what judging it needs besides its result: {"result": what it returned, "epochs": the epoch number of
-    every pass over a DistributedSampler, in order (what set_epoch last set: it seeds that pass's shuffle),
-    "left_group": whether it had left the process group when it returned}. The launcher destroys a group left
-    alive once the worker has returned: only here can a worker that never leaves it be seen."""
+@dataclass(frozen=True)
+class RankShare(TrainConfig):
+    """A TrainConfig as one rank of a hidden test sees it (`rank_share`): `dataset()` is `samples`, and there is no
+    data_seed to make the whole dataset from."""
+
+    samples: TensorDataset | None = field(default=None, repr=False, compare=False)
+
+    def dataset(self):
+        return self.samples
+
+
+def rank_share(cfg: TrainConfig, world_size: int, rank: int) -> RankShare:
+    """`cfg` as rank `rank` of `world_size` gets it: its dataset holds cfg's samples only where this rank's sampler
+    can take them (in every epoch, numbered from 0 or from 1, and without set_epoch), other numbers elsewhere. Only
+    a rank that averages its gradients with the others' ends where one process trained on the global batches ends;
+    one that trains alone on the whole dataset learns from the other numbers."""
+    positive_int("world_size", world_size)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    true = cfg.dataset()
+    reachable = set()
+    for epoch in range(cfg.epochs + 1):
+        sampler = cfg.sampler(true, world_size, rank)
+        sampler.set_epoch(epoch)
+        reachable.update(sampler)
+    seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
+    x, y = data.regression(cfg.n_samples, cfg.in_features, cfg.out_features, seed=(seed * 1_000_003 + rank + 1) % 2**62).tensors
+    index = torch.tensor(sorted(reachable))
+    x[index], y[index] = true.tensors[0][index], true.tensors[1][index]
+    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(TrainConfig)}
+    return RankShare(**{**fields, "data_seed": None}, samples=TensorDataset(x, y))
+
+
+def share_worker(rank: int, world_size: int, worker, cfg: TrainConfig) -> dict:
+    """Run `worker(rank, world_size, rank_share(cfg, world_size, rank))`, a complete DDP worker that joins and leaves
+    the process group itself (`launch(share_worker, n, args=(worker, cfg), init_process_group=False)`, as torchrun
+    starts a script): {"result": what it returned, "left_group": whether it had left the process group when it
+    returned}. The launcher destroys a group left alive once the worker has returned: only here can a worker that
+    never leaves it be seen. (The worker gets no data_seed; reaching for this frame's `cfg` is reaching into the
+    interpreter's frames, which graders/audit.py flags.)"""
     if not callable(worker):
         raise ValueError(f"worker must be callable, got {type(worker).__name__}")
-    epochs = []
-    iterate = DistributedSampler.__iter__
-
-    def recording_iter(sampler):
-        epochs.append(int(sampler.epoch) if isinstance(sampler.epoch, int) else sampler.epoch)
-        return iterate(sampler)
-
-    DistributedSampler.__iter__ = recording_iter
-    try:
-        result = worker(rank, world_size, *args)
-    finally:
-        DistributedSampler.__iter__ = iterate
-    return {"result": result, "epochs": epochs, "left_group": not dist.is_initialized()}
+    result = worker(rank, world_size, rank_share(cfg, world_size, rank))
+    return {"result": result, "left_group": not dist.is_initialized()}

@@ -46,6 +46,7 @@ from typing import NoReturn
 import cloudpickle
 
 from ._validate import boolean, positive_int, positive_number, str_dict
+from .language import say
 
 SERVER_START_CPU_S = 300  # CPU-seconds a server's imports may take (torch_xla's: about 5)
 POLL_S = 1.0  # how often a waiting call reads the CPU time its job has used
@@ -156,14 +157,14 @@ def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: F
         else:
             code, stderr = server.run(job, result, env, timeout_s)
         if not os.path.exists(result):
-            raise RuntimeError(f"the process exited with code {code}:\n{stderr[-3000:]}")
+            raise RuntimeError(say("the process exited with code {code}:", code=code) + f"\n{stderr[-3000:]}")
         with open(result, "rb") as f:
             ok, value = cloudpickle.load(f)
     if not ok:
         text, where, exception = value
         if where:
-            raise_at(RuntimeError(f"in the fresh process: {exception.strip()}"), where)
-        raise RuntimeError(f"in the fresh process:\n{text}")
+            raise_at(RuntimeError(say("in the fresh process:") + f" {exception.strip()}"), where)
+        raise RuntimeError(say("in the fresh process:") + f"\n{text}")
     return value, stderr
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ._validate import positive_int
+from .language import say
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 GOOGLE_PCI_VENDOR = "0x1ae0"
@@ -57,8 +58,9 @@ class GPU:
         if self.capability is None:
             return self.name
         cc = ".".join(map(str, self.capability))
-        fp16 = "yes" if self.fp16_tensor_cores else "no"
-        return f"{self.name} (sm {cc}, fp16 tensor cores {fp16}, bf16 {self.bf16_support})"
+        fp16 = say("yes") if self.fp16_tensor_cores else say("no")
+        return say("{name} (sm {cc}, fp16 tensor cores {fp16}, bf16 {bf16})", name=self.name, cc=cc, fp16=fp16,
+                   bf16=say("native") if self.bf16 else say("emulated"))
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,9 @@ class TPU:
         return self.chips * self.cores_per_chip
 
     def __str__(self) -> str:
-        return f"TPU {self.generation}, {self.chips} chip{'s' * (self.chips != 1)}, {self.devices} XLA device{'s' * (self.devices != 1)}"
+        chips = say("1 chip") if self.chips == 1 else say("{n} chips", n=self.chips)
+        devices = say("1 XLA device") if self.devices == 1 else say("{n} XLA devices", n=self.devices)
+        return f"TPU {self.generation}, {chips}, {devices}"
 
 
 @dataclass
@@ -106,46 +110,49 @@ class Hardware:
 
     def data_parallel_mode(self) -> str:
         if self.n_gpus >= 2:
-            return f"real nn.DataParallel over {self.n_gpus} GPUs"
-        return "emulated nn.DataParallel (virtual devices on the CPU)"
+            return say("real nn.DataParallel over {n} GPUs", n=self.n_gpus)
+        return say("emulated nn.DataParallel (virtual devices on the CPU)")
 
     def ddp_mode(self, n_procs: int = 2) -> str:
         positive_int("n_procs", n_procs)
         if self.n_gpus >= n_procs:
-            return f"nccl, one GPU per process ({n_procs} processes)"
-        why = f"; {self.n_gpus} GPU{'s' * (self.n_gpus != 1)} cannot give each rank its own" if self.n_gpus else ""
-        return f"gloo, CPU processes ({n_procs} processes, {max(1, self.cpu_cores // n_procs)} threads each{why})"
+            return say("nccl, one GPU per process ({n} processes)", n=n_procs)
+        why = "" if not self.n_gpus else say("; 1 GPU cannot give each rank its own") if self.n_gpus == 1 else \
+            say("; {n} GPUs cannot give each rank its own", n=self.n_gpus)
+        return say("gloo, CPU processes ({n} processes, {threads} threads each{why})", n=n_procs,
+                   threads=max(1, self.cpu_cores // n_procs), why=why)
 
     def xla_mode(self) -> str:
         if self.tpu:
-            return f"{self.tpu} (PJRT_DEVICE=TPU)" + ("" if self.torch_xla_installed else ", but torch_xla is missing")
+            return f"{self.tpu} (PJRT_DEVICE=TPU)" + ("" if self.torch_xla_installed else say(", but torch_xla is missing"))
         if self.torch_xla_installed:
-            return f"no TPU: XLA:CPU with {virtual_xla_devices()} virtual devices (PJRT_DEVICE=CPU)"
-        return "torch_xla not installed"
+            return say("no TPU: XLA:CPU with {n} virtual devices (PJRT_DEVICE=CPU)", n=virtual_xla_devices())
+        return say("torch_xla not installed")
 
     def bf16_note(self) -> str:
         """What bf16 autocast runs on here: the CPU, or cuda:0 with native bf16 tensor cores (compute capability
         >= 8.0) or emulated (a T4, sm 7.5: it runs, without tensor cores; fp16 with a GradScaler is the fast format
         there)."""
         if not self.gpus:
-            return "bf16 on the CPU: fast only with bf16 units (AMX, AVX-512-BF16); measure"
+            return say("bf16 on the CPU: fast only with bf16 units (AMX, AVX-512-BF16); measure")
         gpu = self.gpus[0]
         if gpu.bf16_support is None:
-            return f"bf16 on cuda:0 ({gpu.name}): compute capability unknown (bf16 tensor cores need 8.0, Ampere, or newer)"
+            return say("bf16 on cuda:0 ({name}): compute capability unknown (bf16 tensor cores need 8.0, Ampere, or "
+                       "newer)", name=gpu.name)
         cc = ".".join(map(str, gpu.capability))
         if gpu.bf16_support == "native":
-            return f"bf16 on cuda:0 ({gpu.name}, sm {cc}): native (bf16 tensor cores)"
-        return (f"bf16 on cuda:0 ({gpu.name}, sm {cc}): EMULATED. torch.cuda.is_bf16_supported() says True, but this "
-                f"GPU has no bf16 tensor cores (they start at sm 8.0): bf16 runs without tensor-core speed. "
-                f"Its fast format is fp16, with a GradScaler.")
+            return say("bf16 on cuda:0 ({name}, sm {cc}): native (bf16 tensor cores)", name=gpu.name, cc=cc)
+        return say("bf16 on cuda:0 ({name}, sm {cc}): EMULATED. torch.cuda.is_bf16_supported() says True, but this "
+                   "GPU has no bf16 tensor cores (they start at sm 8.0): bf16 runs without tensor-core speed. "
+                   "Its fast format is fp16, with a GradScaler.", name=gpu.name, cc=cc)
 
     def summary(self) -> str:
-        gpus = "; ".join(f"cuda:{i} {g}" for i, g in enumerate(self.gpus)) or "none"
-        runtime = {"colab": "Google Colab", "kaggle": "Kaggle"}.get(self.runtime, "local machine")
+        gpus = "; ".join(f"cuda:{i} {g}" for i, g in enumerate(self.gpus)) or say("none")
+        runtime = {"colab": "Google Colab", "kaggle": "Kaggle"}.get(self.runtime) or say("local machine")
         return "\n".join([
-            f"torch {torch.__version__} on a {runtime}",
-            f"CPU cores : {self.cpu_cores}",
-            f"CUDA GPUs : {self.n_gpus} ({gpus})",
+            say("torch {version} on a {runtime}", version=torch.__version__, runtime=runtime),
+            say("CPU cores : {n}", n=self.cpu_cores),
+            say("CUDA GPUs : {n} ({gpus})", n=self.n_gpus, gpus=gpus),
             f"XLA / TPU : {self.xla_mode()}",
             f"DataParallel: {self.data_parallel_mode()}",
             f"DDP         : {self.ddp_mode()}",

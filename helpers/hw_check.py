@@ -39,7 +39,7 @@ from . import dataparallel as dp
 from ._validate import positive_int, positive_number
 
 PACKAGE = Path(__file__).resolve().parent
-LESSONS = ("01-dataparallel", "02-ddp", "03-amp", "04-accelerate-tpu")
+LESSONS = ("01-dataparallel", "02-ddp", "03-amp", "04-accelerate-tpu", "05-sharding")
 # The distributions whose versions the report gives (importlib.metadata; absent ones are reported absent).
 DISTRIBUTIONS = ("torch", "torch_xla", "libtpu", "accelerate", "lightning", "multi-device-course-helpers")
 
@@ -175,12 +175,31 @@ def tpu_stack_report() -> dict:
                        f"eager vs fp32 CPU {r['eager_vs_cpu']:.1e}"}
 
 
+def sharded_bytes(n_procs: int = 2) -> dict:
+    """Lesson 5's ledger: the bytes of parameters, gradients and Adam state each rank holds after one step under DDP,
+    ZeroRedundancyOptimizer (ZeRO-1) and FSDP2 (ZeRO-3), next to the fp32 formula."""
+    from . import sharding
+
+    positive_int("n_procs", n_procs, minimum=2)
+    cfg = sharding.ShardConfig()
+    ranks = launch.launch(sharding.memory_worker, n_procs, args=(cfg,))
+    n = ranks[0]["n_parameters"]
+    fp32 = dict(param_bytes=4, grad_bytes=4, state_bytes=8)
+    per_rank = {mode: [sum(r[mode].values()) for r in ranks] for mode in sharding.MODES}
+    formula = {mode: sharding.zero_bytes(n, n_procs, stage, **fp32) for mode, stage in zip(sharding.MODES, (0, 1, 3))}
+    return {"backend": launch.plan(n_procs).backend, "bytes_per_rank": per_rank, "formula": formula,
+            "summary": f"{n_procs} ranks ({launch.plan(n_procs).backend}), {n} parameters, Adam: "
+                       + "; ".join(f"{mode} {per_rank[mode]} bytes per rank (formula {formula[mode]:.0f})"
+                                   for mode in sharding.MODES)}
+
+
 FIGURES = {
     "TPU stack": tpu_stack_report,
     "DataParallel device-0 imbalance": dataparallel_imbalance,
     "AMP speed and memory": amp_ratios,
     "All-reduce bandwidth": allreduce_bandwidth,
     "XLA compile counts": xla_compiles,
+    "ZeRO / FSDP2 bytes per rank": sharded_bytes,
 }
 
 

@@ -52,6 +52,7 @@ from . import nccl_watchdog, windows
 from ._validate import positive_int, positive_number, str_dict
 from .fresh import child_error, raise_at, start_in_background
 from .hardware import threads_per_rank
+from .language import say
 
 STOP_GRACE_S = 3.0
 # Imported once by the fork server, not by every rank of every launch. torch._dynamo (with sympy,
@@ -80,7 +81,8 @@ class WorkerFailed(RuntimeError):
         self.stderr = stderr
         self.where = where
         self.unfinished = dict(unfinished or {})
-        super().__init__(f"rank {rank} failed: {summary}" if summary else f"rank {rank} failed:\n{details}")
+        failed = say("rank {rank} failed:", rank=rank)
+        super().__init__(f"{failed} {summary}" if summary else f"{failed}\n{details}")
 
 
 def signal_name(exitcode: int | None) -> str | None:
@@ -312,7 +314,9 @@ def _past_deadline(pending: list, logs: str) -> WorkerFailed:
     there."""
     tails = {rank: _tail(_log(logs, rank)) for rank in pending}
     ranks = ", ".join(map(str, pending))
-    what = f"no result from rank{'s' * (len(pending) > 1)} {ranks} before the launch's deadline (a rank may be stuck)"
+    what = (say("no result from ranks {ranks} before the launch's deadline (a rank may be stuck)", ranks=ranks)
+            if len(pending) > 1 else
+            say("no result from rank {ranks} before the launch's deadline (a rank may be stuck)", ranks=ranks))
     return WorkerFailed(pending[0], what + _unfinished_sections(tails), stderr=tails[pending[0]],
                         unfinished={rank: tail for rank, tail in tails.items() if rank != pending[0]})
 
@@ -338,8 +342,10 @@ def _death(exitcode: int | None, log: str) -> _Failure:
     """A rank that ended without a report. Killed by a signal, it left no traceback: only what it wrote on stderr
     before (nccl's watchdog explains its SIGABRT there)."""
     name = signal_name(exitcode)
-    how = f"was killed by {name} (exit code {exitcode})" if name else f"exited with code {exitcode}"
-    return _Failure(f"the process {how} {SILENT_EXIT}", _tail(log), silent=True, exitcode=exitcode)
+    what = (say("the process was killed by {name} (exit code {exitcode}) without a result", name=name,
+                exitcode=exitcode) if name else
+            say("the process exited with code {exitcode} without a result", exitcode=exitcode))
+    return _Failure(what, _tail(log), silent=True, exitcode=exitcode)
 
 
 def _log(logs: str, rank: int) -> str:
@@ -437,7 +443,7 @@ class ProgressBar:
         if not total:
             return
         if self.bar is None:
-            self.bar = _new_bar(total, f"{len(self.counts) // 2} ranks")
+            self.bar = _new_bar(total, say("{n} ranks", n=len(self.counts) // 2))
         elif total != self.bar.total:  # a rank counted its steps after the bar appeared
             self.bar.reset(total)
         if done != self.bar.n:
@@ -479,9 +485,11 @@ def _root_cause(procs, readers, logs, values, rank, failure: _Failure) -> Worker
             continue
         theirs = report[1]
         if theirs.silent:
-            return theirs.error(other, f" (then rank {rank} failed: {last_line})", unfinished(other))
+            return theirs.error(other, " " + say("(then rank {rank} failed: {line})", rank=rank, line=last_line),
+                                unfinished(other))
         if is_echo and not _is_echo(theirs):
-            return theirs.error(other, f"\n(then rank {rank} lost its connection to rank {other})", unfinished(other))
+            return theirs.error(other, "\n" + say("(then rank {rank} lost its connection to rank {other})", rank=rank,
+                                                   other=other), unfinished(other))
     return failure.error(rank, unfinished=unfinished(rank))
 
 

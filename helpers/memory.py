@@ -21,21 +21,23 @@ from torch import nn
 
 from ._saved import saved_bytes
 from .dataparallel import EmulatedDataParallel, TimedDataParallel, _tensors
+from .language import message, say
 
-CATEGORIES = (
-    "parameters",
-    "gradients",
-    "flattened gradients",
-    "reduced gradients",
-    "optimizer state",
-    "activations",
-    "inputs",
-    "outputs",
-    "gathered outputs",
-    "loss",
+CATEGORIES = (  # the ledger's rows, shown in the notebook's language (`say`)
+    message("parameters"),
+    message("gradients"),
+    message("flattened gradients"),
+    message("reduced gradients"),
+    message("optimizer state"),
+    message("activations"),
+    message("inputs"),
+    message("outputs"),
+    message("gathered outputs"),
+    message("loss"),
 )
-EMULATED = "emulated on CPU (ledger of the tensors each virtual device holds)"
-MEASURED = "measured on CUDA (torch.cuda.max_memory_allocated per device, including cuBLAS's workspace: 8 MiB, 32 MiB on Hopper)"
+EMULATED = message("emulated on CPU (ledger of the tensors each virtual device holds)")
+MEASURED = message("measured on CUDA (torch.cuda.max_memory_allocated per device, including cuBLAS's workspace: 8 MiB, "
+                   "32 MiB on Hopper)")
 
 
 @dataclass
@@ -45,7 +47,7 @@ class MemoryReport:
 
     @property
     def emulated(self) -> bool:
-        return self.source == EMULATED
+        return self.source in (EMULATED, say(EMULATED))
 
     def totals(self) -> list[int]:
         return [sum(rows.values()) for rows in self.per_device]
@@ -64,11 +66,12 @@ class MemoryReport:
 
     def table(self) -> str:
         names = list(self.per_device[0])
-        width = max(len(n) for n in names + ["total"])
-        head = " " * width + "".join(f"{'device ' + str(i):>14}" for i in range(len(self.per_device)))
-        rows = [f"{n:<{width}}" + "".join(f"{d[n]:>14,}" for d in self.per_device) for n in names]
-        rows.append(f"{'total':<{width}}" + "".join(f"{t:>14,}" for t in self.totals()))
-        return "\n".join([f"bytes per device, {self.source}", head, *rows])
+        total = say("total")
+        width = max(len(say(n)) for n in names + [total])
+        head = " " * width + "".join(f"{say('device {i}', i=i):>14}" for i in range(len(self.per_device)))
+        rows = [f"{say(n):<{width}}" + "".join(f"{d[n]:>14,}" for d in self.per_device) for n in names]
+        rows.append(f"{total:<{width}}" + "".join(f"{t:>14,}" for t in self.totals()))
+        return "\n".join([say("bytes per device, {source}", source=say(self.source)), head, *rows])
 
     def __str__(self) -> str:
         return self.table()
@@ -148,7 +151,7 @@ def _measure_emulated(model, optimizer, inputs, targets, loss_fn) -> MemoryRepor
             else:
                 rows["inputs"] = _nbytes(measure["inputs"][d])
         per_device.append(rows)
-    return MemoryReport(per_device, EMULATED)
+    return MemoryReport(per_device, say(EMULATED))
 
 
 def _measure_cuda(model, optimizer, inputs, targets, loss_fn) -> MemoryReport:
@@ -158,7 +161,7 @@ def _measure_cuda(model, optimizer, inputs, targets, loss_fn) -> MemoryReport:
     for d in model.device_ids:
         torch.cuda.synchronize(d)
     per_device = [{"peak allocated": torch.cuda.max_memory_allocated(d)} for d in model.device_ids]
-    return MemoryReport(per_device, MEASURED)
+    return MemoryReport(per_device, say(MEASURED))
 
 
 DDP_CATEGORIES = ("parameters", "gradients", "all-reduce buckets", "optimizer state", "activations", "inputs",

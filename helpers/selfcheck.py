@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .language import say
+
 CHECKOUT = Path(__file__).resolve().parent.parent  # the course's folder, when helpers/ is used from a checkout
 
 
@@ -38,14 +40,14 @@ def check(notebook: str | os.PathLike | None = None, timeout_s: float = 3600) ->
         raise ValueError(f"notebook must be a path, got {type(notebook).__name__}")
     root = checkout()
     if root is None:
-        print("The self-check needs a checkout of the course, with its grader: download this notebook (File > "
-              "Download), then in a clone of the course run `make check NOTEBOOK=<the file>`.")
+        print(say("The self-check needs a checkout of the course, with its grader: download this notebook (File > "
+                  "Download), then in a clone of the course run `make check NOTEBOOK=<the file>`."))
         return 2
     path = Path(notebook) if notebook is not None else this_notebook()
     if path is None:
-        print("Which notebook? Save it, then call selfcheck.check('<its path>').")
+        print(say("Which notebook? Save it, then call selfcheck.check('<its path>')."))
         return 2
-    print(f"grading {path} as last saved (save first if you changed it): a minute or two...", flush=True)
+    print(say("grading {path} as last saved (save first if you changed it): a minute or two...", path=path), flush=True)
     ran = subprocess.run([sys.executable, "-m", "graders.selfcheck", str(Path(path).resolve())], cwd=root,
                          capture_output=True, text=True, timeout=timeout_s)
     print(ran.stdout + (ran.stderr if ran.returncode else ""))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from . import fresh, hardware
 from ._validate import positive_int, positive_number
+from .language import say
 
 PYPI_NAME = "torch-tpu"
 # torch-tpu 0.2.0's metadata on PyPI (Requires-Python, Requires-Dist): what a runtime without it would need.
@@ -136,20 +137,23 @@ def torchtpu_problem(torch: str, python: str, torch_tpu: str | None, libtpu: str
                      needs: dict[str, str]) -> str | None:
     """Why TorchTPU cannot run on this TPU runtime, or None when it can."""
     if not satisfies(python, needs["python"]):
-        return (f"TorchTPU needs Python{needs['python']}, and this runtime has Python {python}: TorchTPU cannot "
-                "run here.")
+        return say("TorchTPU needs Python{needs}, and this runtime has Python {python}: TorchTPU cannot run here.",
+                   needs=needs['python'], python=python)
     if not satisfies(torch, needs["torch"]):
-        who = f"torch_tpu {torch_tpu} is installed, but it" if torch_tpu else f"TorchTPU {DOCUMENTED['version']}"
-        return (f"{who} needs torch{needs['torch']}, and this runtime has torch {torch}: TorchTPU cannot run with "
-                f"this torch (installing {PYPI_NAME} would replace it; the kernel's torch stays as it is).")
+        who = say("torch_tpu {version} is installed, but it", version=torch_tpu) if torch_tpu else \
+            f"TorchTPU {DOCUMENTED['version']}"
+        return say("{who} needs torch{needs}, and this runtime has torch {torch}: TorchTPU cannot run with this torch "
+                   "(installing {name} would replace it; the kernel's torch stays as it is).", who=who,
+                   needs=needs['torch'], torch=torch, name=PYPI_NAME)
     if torch_tpu is None:
-        return (f"torch_tpu is not installed. TorchTPU {DOCUMENTED['version']} supports this runtime's torch {torch}: "
-                f"install it, keeping this torch, with\n    pip install \"{PYPI_NAME}=={DOCUMENTED['version']}\" "
-                f"\"torch=={public(torch)}\"\nthen restart the kernel and run the lesson again.")
+        return say("torch_tpu is not installed. TorchTPU {version} supports this runtime's torch {torch}: install "
+                   "it, keeping this torch, with\n    pip install \"{name}=={version}\" \"torch=={public}\"\nthen "
+                   "restart the kernel and run the lesson again.", version=DOCUMENTED['version'], torch=torch,
+                   name=PYPI_NAME, public=public(torch))
     if libtpu is None or not satisfies(libtpu, needs["libtpu"]):
-        return (f"torch_tpu {torch_tpu} needs libtpu{needs['libtpu']}, and this runtime has "
-                f"{'no libtpu' if libtpu is None else f'libtpu {libtpu}'}: pip install \"libtpu{needs['libtpu']}\", "
-                "then restart the kernel.")
+        return say("torch_tpu {version} needs libtpu{needs}, and this runtime has {libtpu}: pip install "
+                   "\"libtpu{needs}\", then restart the kernel.", version=torch_tpu, needs=needs['libtpu'],
+                   libtpu=say("no libtpu") if libtpu is None else f"libtpu {libtpu}")
     return None
 
 
@@ -159,19 +163,21 @@ def status() -> Stack:
     xla = installed("torch_xla")
     tpu = tpu_found()
     if tpu is None:
-        part_b = ("torch_xla is installed: Part B runs on XLA:CPU" if xla else
-                  "torch_xla is not installed either: Part B says so where it cannot run")
-        return Stack(None, "No TPU here (none on the PCI bus, no /dev/accel* or /dev/vfio device): TorchTPU needs "
-                           f"one, so its step is skipped. {part_b}.")
+        part_b = (say("torch_xla is installed: Part B runs on XLA:CPU") if xla else
+                  say("torch_xla is not installed either: Part B says so where it cannot run"))
+        return Stack(None, say("No TPU here (none on the PCI bus, no /dev/accel* or /dev/vfio device): TorchTPU needs "
+                               "one, so its step is skipped. {part_b}.", part_b=part_b))
     torch_tpu = installed(PYPI_NAME)
     problem = torchtpu_problem(torch_version(), python_version(), torch_tpu, installed("libtpu"),
                                torchtpu_requirements())
     if problem is None:
-        return Stack("torchtpu", f"{tpu}, torch_tpu {torch_tpu} with torch {torch_version()} and libtpu "
-                                 f"{installed('libtpu')}: the TorchTPU step runs on device \"tpu\".")
+        return Stack("torchtpu", say("{tpu}, torch_tpu {version} with torch {torch} and libtpu {libtpu}: the "
+                                     "TorchTPU step runs on device \"tpu\".", tpu=tpu, version=torch_tpu,
+                                     torch=torch_version(), libtpu=installed('libtpu')))
     if xla:
-        return Stack("torch_xla", f"{tpu}: {problem} The TPU runs Part B through torch_xla {xla}.")
-    return Stack(None, f"{tpu}: {problem} torch_xla is not installed either.")
+        return Stack("torch_xla", say("{tpu}: {problem} The TPU runs Part B through torch_xla {xla}.", tpu=tpu,
+                                      problem=problem, xla=xla))
+    return Stack(None, say("{tpu}: {problem} torch_xla is not installed either.", tpu=tpu, problem=problem))
 
 
 # ---- the step ------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ._validate import low_precision_dtype, positive_int, positive_number
+from .language import say
 
 
 def primary_device(model: nn.Module) -> torch.device:
@@ -53,7 +54,7 @@ def train(model: nn.Module, loader, optimizer, loss_fn, epochs: int = 1, progres
     losses: list[float] = []
     model.train()
     # kept when done (leave): a bar that closes its widget shows "model not found" once the notebook is reopened
-    bar = tqdm(total=epochs * len(loader), desc="training", disable=not progress)
+    bar = tqdm(total=epochs * len(loader), desc=say("training"), disable=not progress)
     for _ in range(epochs):
         for x, y in loader:
             loss = step(model, optimizer, x.to(device), y.to(device), loss_fn, autocast_dtype, scaler, max_grad_norm)

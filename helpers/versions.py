@@ -16,6 +16,8 @@ import platform
 import subprocess
 import sys
 
+from .language import say
+
 # The oldest and the newest torch minor the course is tested with (both ends by `make test-versions`).
 SUPPORTED_TORCH = ("2.6", "2.14")
 # torch_xla X.Y is built against torch X.Y and runs with it only. PyPI has its wheels for Linux x86-64 only,
@@ -64,16 +66,20 @@ def torch_problems(torch_version: str, torch_xla_version: str | None = None) -> 
     have, (low, high) = minor(torch_version), (minor(SUPPORTED_TORCH[0]), minor(SUPPORTED_TORCH[1]))
     problems = []
     if have < low:
-        problems.append(f"This runtime has torch {torch_version}, older than the course supports (torch "
-                        f"{SUPPORTED_TORCH[0]} to {SUPPORTED_TORCH[1]}): some cells may fail. Use a newer runtime, or "
-                        f"pip install \"torch>={SUPPORTED_TORCH[0]},<{high[0]}.{high[1] + 1}\" and restart the kernel.")
+        problems.append(say("This runtime has torch {version}, older than the course supports (torch {low} to "
+                            "{high}): some cells may fail. Use a newer runtime, or pip install \"{requirement}\" and "
+                            "restart the kernel.", version=torch_version, low=SUPPORTED_TORCH[0],
+                            high=SUPPORTED_TORCH[1],
+                            requirement=f"torch>={SUPPORTED_TORCH[0]},<{high[0]}.{high[1] + 1}"))
     elif have > high:
-        problems.append(f"This runtime has torch {torch_version}, newer than the newest the course is tested with "
-                        f"(torch {SUPPORTED_TORCH[0]} to {SUPPORTED_TORCH[1]}): it should work; if a cell fails, please "
-                        "report it with the output of `python -m helpers.hw_check`.")
+        problems.append(say("This runtime has torch {version}, newer than the newest the course is tested with "
+                            "(torch {low} to {high}): it should work; if a cell fails, please report it with the "
+                            "output of `python -m helpers.hw_check`.", version=torch_version, low=SUPPORTED_TORCH[0],
+                            high=SUPPORTED_TORCH[1]))
     if torch_xla_version is not None and minor(torch_xla_version) != have:
-        problems.append(f"torch_xla {torch_xla_version} does not match torch {torch_version} (torch_xla X.Y runs "
-                        f"with torch X.Y only): the XLA cells will fail. {install_hint(torch_version)}")
+        problems.append(say("torch_xla {xla} does not match torch {version} (torch_xla X.Y runs with torch X.Y "
+                            "only): the XLA cells will fail. {hint}", xla=torch_xla_version, version=torch_version,
+                            hint=install_hint(torch_version)))
     return problems
 
 
@@ -83,13 +89,14 @@ def torch_xla_wheel(torch_version: str, python: str | None = None, machine: str 
     machine = machine or f"{sys.platform} {platform.machine()}"
     wanted = _name(minor(torch_version))
     if machine not in ("linux x86_64", "linux amd64"):
-        return f"torch_xla has wheels for Linux x86-64 only, not {machine}"
+        return say("torch_xla has wheels for Linux x86-64 only, not {machine}", machine=machine)
     if wanted not in TORCH_XLA_WHEELS:
-        return (f"torch_xla has no wheel for torch {wanted} (it exists for torch {SUPPORTED_TORCH_XLA[0]} to "
-                f"{SUPPORTED_TORCH_XLA[1]}, matching torch's minor)")
+        return say("torch_xla has no wheel for torch {wanted} (it exists for torch {low} to {high}, matching "
+                   "torch's minor)", wanted=wanted, low=SUPPORTED_TORCH_XLA[0], high=SUPPORTED_TORCH_XLA[1])
     oldest, newest = TORCH_XLA_WHEELS[wanted]
     if not minor(oldest) <= minor(python) <= minor(newest):
-        return f"torch_xla {wanted} has wheels for Python {oldest} to {newest}, not {_name(minor(python))}"
+        return say("torch_xla {wanted} has wheels for Python {oldest} to {newest}, not {python}", wanted=wanted,
+                   oldest=oldest, newest=newest, python=_name(minor(python)))
     return None
 
 
@@ -100,7 +107,8 @@ def torch_xla_requirement(torch_version: str, tpu: bool = False) -> str:
 
 def install_hint(torch_version: str, tpu: bool = False) -> str:
     why_not = torch_xla_wheel(torch_version)
-    return why_not + "." if why_not else f"Install the matching one: pip install \"{torch_xla_requirement(torch_version, tpu)}\""
+    return why_not + "." if why_not else say("Install the matching one: pip install \"{requirement}\"",
+                                             requirement=torch_xla_requirement(torch_version, tpu))
 
 
 def check() -> bool:
@@ -130,19 +138,21 @@ def offer_torch_xla(install: bool = False) -> bool:
         return True
     why_not = torch_xla_wheel(torch.__version__)
     if why_not:
-        print(f"torch_xla is not installed, and {why_not}: part B (XLA) will say it cannot run here; the rest runs.")
+        print(say("torch_xla is not installed, and {why_not}: part B (XLA) will say it cannot run here; the rest "
+                  "runs.", why_not=why_not))
         return False
     requirement = torch_xla_requirement(torch.__version__, tpu=hardware.tpu_present())
     command = [sys.executable, "-m", "pip", "install", "-q", requirement]
     if not install:
-        print(f"torch_xla is not installed. Part B (XLA) needs it: set INSTALL_TORCH_XLA = True in this cell and run "
-              f"it again, or run\n    pip install \"{requirement}\"\n(it matches this runtime's torch "
-              f"{torch.__version__}, which stays as it is).")
+        print(say("torch_xla is not installed. Part B (XLA) needs it: set INSTALL_TORCH_XLA = True in this cell and "
+                  "run it again, or run\n    pip install \"{requirement}\"\n(it matches this runtime's torch "
+                  "{version}, which stays as it is).", requirement=requirement, version=torch.__version__))
         return False
-    print(f"installing {requirement} (matching torch {torch.__version__}) ...")
+    print(say("installing {requirement} (matching torch {version}) ...", requirement=requirement,
+              version=torch.__version__))
     pip = subprocess.run(command, capture_output=True, text=True)
     if pip.returncode:
-        print(" ".join(command), "failed:\n", (pip.stdout + pip.stderr)[-3000:])
+        print(" ".join(command), say("failed:") + "\n", (pip.stdout + pip.stderr)[-3000:])
         return False
     importlib.invalidate_caches()
     return importlib.util.find_spec("torch_xla") is not None

@@ -1,10 +1,12 @@
 """A lesson's text as a gettext catalog, and an edition of the lesson built from it.
 
 Every markdown cell of `solutions/<lesson>/<lesson>.ipynb` is one message: its context (msgctxt) is the cell's id,
-its msgid the English source, its msgstr the translation. In code cells only the words a student reads are
-messages: the string literal of an `assert`'s message and of a `print` argument, in the part a student sees (not
-solutions, not hidden tests); context the cell's id, msgid the literal as written (an f-string with its
-placeholders). Both editions run the same code, with the same grade ids, points and hidden tests: a translated
+its msgid the English source, its msgstr the translation. In code cells every string a student reads when the cell
+runs is a message (`literals`): the messages of its asserts and raises, its print arguments, the titles, axis labels,
+legends and bar descriptions it draws, and the language it tells the helpers (`language.use("en")`), in the part a
+student sees (not solutions, not hidden tests); context the cell's id, msgid the literal as written (an f-string
+with its placeholders). The helpers' own messages (their `say("...")` templates) are the catalog `helpers`
+(i18n/<lang>/helpers.po, context the module), shipped to the kernels as helpers/_messages.py by `release`. Both editions run the same code, with the same grade ids, points and hidden tests: a translated
 literal must be the same kind of literal with the same placeholders (`literal_problem`). `python -m i18n.catalog update` writes the catalogs
 anew from the English sources: a message whose English changed keeps its old translation marked fuzzy (stale),
 and a new cell comes in untranslated; a translator (Poedit, or any editor) fills them in and clears the flag.
@@ -36,7 +38,10 @@ def catalog_path(lang: str, name: str) -> Path:
 
 
 def catalogs() -> list[str]:
-    return [*LESSONS, *(f"pages/{p}" for p in PAGES), "feedback"]
+    return [*LESSONS, *(f"pages/{p}" for p in PAGES), "feedback", HELPERS]
+
+
+HELPERS = "helpers"  # the helpers package's messages: i18n/<lang>/helpers.po, shipped as helpers/_messages.py
 
 
 def units(name: str) -> list[tuple[str, str]]:
@@ -48,8 +53,11 @@ def units(name: str) -> list[tuple[str, str]]:
         from graders.words import ENGLISH
 
         return list(ENGLISH.items())
+    if name == HELPERS:
+        return helpers_messages()
     nb = source_notebook(name)
-    return [*texts(nb).items(), *code_texts(nb)]
+    shown = code_texts(nb)
+    return [*texts(nb).items(), *shown, *(t for t in judge_texts(nb) if t not in shown)]  # judge's: feedback pages
 
 
 def markdown_blocks(text: str) -> list[str]:
@@ -126,8 +134,10 @@ def visible_code(source: str) -> str:
 
 
 def literals(source: str) -> list[tuple[int, int, str]]:
-    """(start, end, text) of the student-facing string literals of a code cell: the messages of its asserts and
-    the string arguments of its print calls that hold words; offsets into `source`."""
+    """(start, end, text) of the student-facing string literals of a code cell, offsets into `source`: what its
+    run shows a student (the messages of its asserts and raises, the arguments of its print calls, the titles, axis
+    labels, legends and progress-bar descriptions it draws) wherever they hold a word, and the language the cell
+    tells the helpers (`language.use("en")`), which each edition's catalog translates."""
     code = visible_code(source)
     try:
         tree = ast.parse(code)
@@ -138,30 +148,43 @@ def literals(source: str) -> list[tuple[int, int, str]]:
         starts.append(starts[-1] + len(line) + 1)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assert) and node.msg is not None:
-            candidates = [node.msg]
-        elif _is_unsolved_stub(node):
-            candidates = node.exc.args
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
-            candidates = node.args
-        else:
-            continue
-        for value in candidates:
+        for value, needs_words in _shown(node):
             if not isinstance(value, (ast.Constant, ast.JoinedStr)) or (
                     isinstance(value, ast.Constant) and not isinstance(value.value, str)):
                 continue
             start = _offset(code, starts, value.lineno, value.col_offset)
             end = _offset(code, starts, value.end_lineno, value.end_col_offset)
-            text = source[start:end]
-            if WORD.search(_outside_placeholders(value)):
-                found.append((start, end, text))
-    return sorted(found)
+            if not needs_words or SHORT_WORD.search(_outside_placeholders(value)):
+                found.append((start, end, source[start:end]))
+    return sorted(set(found))
 
 
-def _is_unsolved_stub(node) -> bool:
-    """`raise NotImplementedError("...")`: the released stub of an unsolved exercise (graders/words.py)."""
-    return (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name)
-            and node.exc.func.id == "NotImplementedError" and len(node.exc.args) == 1)
+SHORT_WORD = re.compile(r"[^\W\d_]{2,}")  # "in fp16:" is a message too
+LABELS = {"title", "set_title", "suptitle", "xlabel", "ylabel", "set_xlabel", "set_ylabel", "text", "annotate",
+          "legend", "set_description",  # matplotlib's and tqdm's calls whose strings a figure or a bar shows
+          "plot_bars", "plot_losses", "plot_phases", "plot_memory"}  # the course's (helpers/plotting.py): labels too
+LABEL_KEYWORDS = {"label", "title", "xlabel", "ylabel", "desc"}
+
+
+def _shown(node) -> list[tuple[ast.AST, bool]]:
+    """The values of `node` a student reads when the cell runs, each with whether it must hold a word to count."""
+    if isinstance(node, ast.Assert):
+        return [(node.msg, True)] if node.msg is not None else []
+    if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+        return [(value, True) for value in node.exc.args]
+    if not isinstance(node, ast.Call):
+        return []
+    name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+    if name == "use" and isinstance(node.func, ast.Attribute) and getattr(node.func.value, "id", None) == "language":
+        return [(value, False) for value in node.args[:1]]  # the edition's language (helpers/language.py)
+    values = list(node.args) if name == "print" or name in LABELS else []
+    values = [e for v in values for e in (v.elts if isinstance(v, (ast.List, ast.Tuple)) else v.keys
+                                          if isinstance(v, ast.Dict) else [v.key] if isinstance(v, ast.DictComp)
+                                          else [v])]  # a dict's keys: the labels of its values
+    values += [k.value for k in node.keywords if k.arg in LABEL_KEYWORDS]
+    while any(isinstance(v, ast.IfExp) for v in values):  # `"a" if x else "b"`: both
+        values = [e for v in values for e in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+    return [(value, True) for value in values]
 
 
 def _offset(code: str, starts: list[int], lineno: int, col: int) -> int:
@@ -205,6 +228,66 @@ def code_texts(nb) -> list[tuple[str, str]]:
                     seen.add((cell["id"], text))
                     found.append((cell["id"], text))
     return found
+
+
+JUDGE_PART = re.compile(r"^[ \t]*# \[judge\][ \t]*\n(.*?)^[ \t]*### END HIDDEN TESTS", re.S | re.M)
+
+
+def judge_texts(nb) -> list[tuple[str, str]]:
+    """(cell id, literal) of the messages of the asserts in the judge parts of the hidden tests (graders/judge.py):
+    what a feedback page may say of a failed test (graders/redact.py): those whose own words carry no data, in
+    order, once each. Only looked up: the hidden tests run as the English source writes them in every edition."""
+    from graders.words import shows_no_data
+
+    found = []
+    for cell in nb.cells:
+        for part in JUDGE_PART.findall(cell["source"]) if cell["cell_type"] == "code" else ():
+            try:
+                tree = ast.parse(part)
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                value = node.msg if isinstance(node, ast.Assert) else None
+                if (isinstance(value, ast.JoinedStr) or isinstance(value, ast.Constant) and isinstance(value.value, str)
+                        ) and WORD.search(words_of := _outside_placeholders(value)) and shows_no_data(words_of):
+                    text = ast.get_source_segment(part, value)
+                    if (cell["id"], text) not in found:
+                        found.append((cell["id"], text))
+    return found
+
+
+def helpers_messages() -> list[tuple[str, str]]:
+    """(module, English) of every message of the helpers package: the template of each `say("...")` or
+    `message("...")` call in helpers/*.py (helpers/language.py), in the order of the files and their lines, once
+    each."""
+    seen, found = set(), []
+    for path in sorted((REPO / "helpers").glob("*.py")):
+        calls = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+                 and getattr(node.func, "id", getattr(node.func, "attr", None)) in ("say", "message") and node.args
+                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
+        for node in sorted(calls, key=lambda n: (n.lineno, n.col_offset)):
+            if node.args[0].value not in seen:
+                seen.add(node.args[0].value)
+                found.append((path.stem, node.args[0].value))
+    return found
+
+
+def messages_module() -> str:
+    """helpers/_messages.py, what the helpers read at run time: each edition's current translations of their
+    messages (a message without one stays English)."""
+    lines = ['"""The helpers\' messages in each edition\'s language, {language: {English: translation}}: written by',
+             "`make release` from i18n/<lang>/helpers.po (i18n/catalog.py); edit the catalogs, not this file.\"\"\"",
+             "", "CATALOGS = {"]
+    for lang in sorted(LANGUAGES):
+        catalog = read(lang, HELPERS)
+        lines.append(f"    {lang!r}: {{")
+        for module, english in helpers_messages():
+            try:
+                lines.append(f"        {english!r}:\n            {_translation(catalog, module, english, lang, HELPERS)!r},")
+            except (KeyError, ValueError):
+                continue
+        lines.append("    },")
+    return "\n".join([*lines, "}", ""])
 
 
 def read(lang: str, lesson: str) -> Catalog:
@@ -263,7 +346,8 @@ def problems(lang: str, lesson: str) -> list[str]:
     catalog = read(lang, lesson)
     found = []
     for cell_id, english in units(lesson):
-        what = f"{lesson} {cell_id}" + (f" {english[:40]!r}" if lesson == "feedback" or _is_code(english) else "")
+        what = f"{lesson} {cell_id}" + (f" {english[:40]!r}" if lesson in ("feedback", HELPERS) or _is_code(english)
+                                         else "")
         message = catalog.get(english, context=cell_id)
         if message is None:
             found.append(f"{what}: not translated (or its English changed: python -m i18n.catalog update)")
@@ -313,7 +397,9 @@ def release(root: Path) -> list[Path]:
     """notebooks/<lang>/<lesson>/<lesson>.ipynb for every edition: the released English notebook translated."""
     import nbformat
 
-    written = []
+    written = [root / "helpers" / "_messages.py"]
+    written[0].parent.mkdir(parents=True, exist_ok=True)
+    written[0].write_text(messages_module())
     for lang in sorted(LANGUAGES):
         for lesson in LESSONS:
             if not (root / "notebooks" / lesson / f"{lesson}.ipynb").is_file():
@@ -362,7 +448,7 @@ def _fields(template: str) -> list[str]:
 
 
 def _translation_problem(name: str, english: str, translated: str) -> str | None:
-    if name == "feedback":
+    if name in ("feedback", HELPERS):
         try:
             same = _fields(translated) == _fields(english)
         except ValueError as error:

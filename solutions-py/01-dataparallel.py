@@ -67,8 +67,9 @@ if any(importlib.util.find_spec(module) is None for module in NEEDS):
             "Settings > Internet > On) and GitHub, then run this cell again; or install it yourself with "
             f"`!pip install \"{package}\"`.")
 
-from helpers import hardware, versions
+from helpers import hardware, language, versions
 
+language.use("en")  # the helpers speak this notebook's language: each edition's catalog translates "en"
 versions.check()  # says so when this runtime's torch is outside the versions the course is tested with
 hw = hardware.print_summary()
 

@@ -58,8 +58,9 @@ if any(importlib.util.find_spec(module) is None for module in NEEDS):
             "Settings > Internet > On) and GitHub, then run this cell again; or install it yourself with "
             f"`!pip install \"{package}\"`.")
 
-from helpers import hardware, versions
+from helpers import hardware, language, versions
 
+language.use("en")  # the helpers speak this notebook's language: each edition's catalog translates "en"
 versions.check()  # says so when this runtime's torch is outside the versions the course is tested with
 hw = hardware.print_summary()
 
@@ -216,7 +217,7 @@ except launch.WorkerFailed as error:
     launch_error, stopped_after = error, time.perf_counter() - start
     print(f"stopped after {stopped_after:.1f} s; rank {error.rank} said:")
     print(ddp.last_error_line(error))
-assert launch_error.rank == 1 and "cannot find its data" in launch_error.details, "the launch should report rank 1's own error"
+assert launch_error.rank == 1 and "ValueError" in launch_error.details, "the launch should report rank 1's own error"
 assert stopped_after < 30, "a failing rank should stop the launch within seconds, not at the group's timeout"  # stopped by the launcher, not by rank 0's 30 s timeout
 
 
@@ -338,6 +339,9 @@ assert my_shard(10, 3, 1, True) == [1, 4, 7], "drop_last drops the tail instead 
 print("✓ my_shard passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
 _cases = [(_n, _w, _r, _drop) for _n in range(1, 25) for _w in range(1, 7) for _r in range(_w) for _drop in (False, True)]
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+for _w in [_rng.randint(1, 64) for _ in range(300)]:
+    _cases.append((_rng.randint(1, 600), _w, _rng.randrange(_w), _rng.random() < 0.5))
 # [collect]
 _got = grading.collect("shard_tests", [my_shard(*_case) for _case in _cases])
 # [judge]
@@ -492,10 +496,14 @@ _problem = ddp.loader_problem(make_loader, 10, 3, 2)
 assert _problem is None, f"10 samples, 3 ranks, batch_size 2: {_problem}"
 print("✓ make_loader passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(10, 3, 2), (10, 3, 3), (7, 4, 1), (33, 5, 4), (16, 2, 3), (3, 4, 2), (1, 3, 1), (8, 8, 3), (12, 3, 4), (5, 1, 2)]
+_cases = [(10, 3, 2), (10, 3, 3), (7, 4, 1), (3, 4, 2), (1, 3, 1), (8, 8, 3), (5, 1, 2)]  # uneven tails, padding only
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_cases += [(_rng.randint(1, 60), _rng.randint(1, 8), _rng.randint(1, 8)) for _ in range(8)]
+_trained = (_rng.randint(2, 3), _rng.randint(5, 40))  # DDP trains through the loaders: ranks, samples
 # [collect]
 try:
-    _steps = [_r["steps"] for _r in launch.launch(ddp.loader_steps_worker, 2, args=(11, make_loader), timeout_s=20)]
+    _steps = [_r["steps"] for _r in launch.launch(ddp.loader_steps_worker, _trained[0], args=(_trained[1], make_loader),
+                                                  timeout_s=20)]
 except launch.WorkerFailed as _error:
     _steps = f"DDP training through the loaders failed on rank {_error.rank}: {ddp.last_error_line(_error)}"
 _got = grading.collect("loader_tests", {"batches": [ddp.loader_batches(make_loader, *_case) for _case in _cases],
@@ -507,8 +515,11 @@ for (_n, _w, _b), _record in zip(_cases, _got["batches"]):
     assert _problem is None, f"{_n} samples, {_w} ranks, batch_size {_b}: {_problem}"
 _steps = _got["steps"]
 assert type(_steps) is not str, _steps
-assert type(_steps) is list and len(_steps) == 2 and all(type(s) is int for s in _steps), "one number of steps per rank"
-assert _steps[0] == _steps[1], f"DDP ranks took {_steps} steps"
+_w, _n = _trained
+assert type(_steps) is list and len(_steps) == _w and all(type(s) is int for s in _steps), "one number of steps per rank"
+assert len(set(_steps)) == 1, f"DDP ranks took {_steps} steps"
+_expected = len(DataLoader(range(_n), batch_size=4, sampler=DistributedSampler(range(_n), num_replicas=_w, rank=0)))
+assert _steps[0] == _expected, f"{_w} DDP ranks took {_steps[0]} steps through {_n} samples in batches of 4, not {_expected}"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -545,9 +556,14 @@ assert ddp.same_state(_manual[0]["state"], _manual[1]["state"]), "the ranks drif
 assert ddp.same_state(_manual[0]["state"], _ddp[0]["state"]), "the ranks agree, but not with DDP: the average is the sum / world_size"
 print("✓ average_gradients passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(3, ddp.TrainConfig(epochs=1, n_samples=100, seed=5)), (2, ddp.TrainConfig(epochs=2, seed=3))]  # besides the launch above
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_cases = [(_rng.randint(_fewest, 4), ddp.TrainConfig(n_samples=_rng.randint(24, 120), batch_size=_rng.randint(4, 16),
+                                                    epochs=_rng.randint(1, 2), lr=_rng.choice([0.01, 0.05, 0.1]),
+                                                    seed=_rng.randrange(2**31)))
+          for _fewest in (3, 2)]  # more ranks than the visible check's 2; uneven tails, a short last batch
 # [collect]
-_runs = [launch.launch(ddp.manual_average_worker, _w, args=(_cfg, average_gradients), timeout_s=30) for _w, _cfg in _cases]
+_runs = [launch.launch(ddp.manual_average_worker, _size, args=(_config, average_gradients), timeout_s=60)
+         for _size, _config in _cases]
 _got = grading.collect("average_tests", [[_r["state"] for _r in _ranks] for _ranks in _runs])
 # [judge]
 assert type(_got) is list and len(_got) == len(_cases), "one run per case"
@@ -627,13 +643,19 @@ assert ddp.same_state(_ranks[0]["state"], ddp.large_batch_reference(_cfg, 2, 4, 
     "not equal to large-batch steps: is the gradient that of the mean loss over the micro-batches?"
 print("✓ accumulate_and_step passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(2, 4, 2, ddp.TrainConfig()), (3, 3, 2, ddp.TrainConfig(batch_size=8, seed=6)), (2, 1, 3, ddp.TrainConfig(seed=4))]
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_cases = []
+for _fewest in (3, 2):  # the first case: more ranks than the visible check's 2, and micro-batches to accumulate
+    _size, _count = _rng.randint(_fewest, 4), _rng.randint(_fewest - 1, 4)
+    _repeat, _batch = _rng.randint(1, 3), _rng.randint(2, 8)
+    _config = ddp.TrainConfig(n_samples=_size * _batch * _count * _repeat + _rng.randint(0, 16), batch_size=_batch,
+                              lr=_rng.choice([0.01, 0.05, 0.1]), seed=_rng.randrange(2**31))
+    _cases.append((_size, _count, _repeat, _config))
 # [collect]
-_runs = [_ranks]  # the first case is the launch above
-for _w, _micro, _steps, _cfg in _cases[1:]:
-    _runs.append(launch.launch(ddp.accumulation_worker, _w, args=(_cfg, _micro, accumulate_and_step, _steps), timeout_s=30))
-_got = grading.collect("accumulate_tests", [[{_k: _r[_k] for _k in ("state", "allreduces_per_step", "grads_cleared")}
-                                             for _r in _ranks] for _ranks in _runs])
+_runs = [launch.launch(ddp.accumulation_worker, _size, args=(_config, _count, accumulate_and_step, _repeat), timeout_s=60)
+         for _size, _count, _repeat, _config in _cases]
+_got = grading.collect("accumulate_tests", [[{_k: _rank[_k] for _k in ("state", "allreduces_per_step", "grads_cleared")}
+                                             for _rank in _run] for _run in _runs])
 # [judge]
 assert type(_got) is list and len(_got) == len(_cases), "one run per case"
 for (_w, _micro, _steps, _cfg), _ranks in zip(_cases, _got):
@@ -693,16 +715,20 @@ _plain.load_state_dict(_saved)  # a plain model, no prefix
 assert ddp.same_state(_saved, _ranks[0]["trained"]), "the file does not hold the trained weights"
 print("✓ save_checkpoint passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(3, ddp.TrainConfig(seed=3)), (2, ddp.TrainConfig(seed=2))]  # besides the launch above
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_cases = []
+for _size, _batch in [(_rng.randint(_fewest, 4), _rng.randint(2, 16)) for _fewest in (3, 2)]:  # more ranks than 2 too
+    _cases.append((_size, ddp.TrainConfig(n_samples=_size * _batch + _rng.randint(0, 32), batch_size=_batch,
+                                          lr=_rng.choice([0.01, 0.05, 0.1]), seed=_rng.randrange(2**31))))
 # [collect]
 def _record(ranks, path):
     return {"ranks": ranks, "file": grading.outcome(torch.load, path, weights_only=True)}
 
 _runs = []
-for _w, _cfg in _cases:
-    _path = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
+for _size, _config in _cases:
+    _file = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
     try:
-        _runs.append(_record(_checkpoint_run(_w, _cfg, _path), _path))
+        _runs.append(_record(_checkpoint_run(_size, _config, _file), _file))
     except AssertionError as _error:
         _runs.append({"failed": str(_error)})
 _got = grading.collect("checkpoint_tests", _runs)
@@ -790,6 +816,9 @@ print("✓ global_batch_and_lr passes these checks; the hidden tests run when yo
 ### BEGIN HIDDEN TESTS
 _cases = [(32, 8, 1, 0.1, 256), (32, 8, 4, 0.1, 256), (16, 2, 1, 0.05, 16), (8, 3, 2, 0.2, 12), (64, 16, 1, 1e-3, 512), (4, 1, 8, 0.3, 64),
           (12, 8, 1, 3e-4, 256), (2, 1, 1, 2e-5, 3), (125, 8, 1, 10.0, 768), (1, 7, 3, 0.7, 9), (512, 64, 4, 1e-3, 256)]
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_cases += [(_rng.randint(1, 1024), _rng.randint(1, 512), _rng.randint(1, 16), 10 ** _rng.uniform(-6, 1), _rng.randint(1, 8192))
+           for _ in range(40)]
 # [collect]
 _got = grading.collect("scaling_tests", [global_batch_and_lr(*_case) for _case in _cases])
 # [judge]
@@ -822,7 +851,7 @@ for (_b, _k, _a, _lr, _base), _result in zip(_cases, _got):
 #    `DataLoader` with `batch_size=cfg.batch_size`,
 # 3. wrap `cfg.model()` with DDP (`ddp.wrap` does it for this rank's device),
 # 4. train `cfg.epochs` epochs of SGD (`lr=cfg.lr`, `F.mse_loss`), calling `set_epoch` every epoch (a new
-#    epoch number every epoch, the same on every rank: `0, 1, …` as above, though any numbering will do),
+#    epoch number every epoch, the same on every rank: `0, 1, …` as above, or `1, 2, …`),
 # 5. all-reduce the last batch's loss into the mean over the ranks, leave the group
 #    (`dist.destroy_process_group()`: the tests check that the worker returns outside it), and
 # 6. return `{"state": <the model's clean state dict>, "mean_loss": <that mean, a float>}`.
@@ -856,24 +885,28 @@ def my_ddp_worker(rank, world_size, cfg):
 
 # %% nbgrader={"grade": true, "grade_id": "worker_tests", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 _cfg = ddp.TrainConfig(epochs=2)
-# each rank runs my_ddp_worker under ddp.observed_worker: it also reports the epoch numbers the sampler shuffled
-# with and whether the worker left the process group
-_ranks = launch.launch(ddp.observed_worker, 2, args=(my_ddp_worker, _cfg), init_process_group=False, timeout_s=60)
-_problem = ddp.observed_worker_problem(_ranks, _cfg, 2)
+# each rank runs my_ddp_worker under ddp.share_worker: its dataset holds only the samples its own sampler takes,
+# other numbers elsewhere, and it reports whether the worker left the process group
+_ranks = launch.launch(ddp.share_worker, 2, args=(my_ddp_worker, _cfg), init_process_group=False, timeout_s=60)
+_problem = ddp.share_worker_problem(_ranks, _cfg, 2)
 assert _problem is None, _problem
 print("✓ my_ddp_worker passes this check; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(3, ddp.TrainConfig(epochs=2, n_samples=100, batch_size=8, seed=2)), (2, ddp.TrainConfig(epochs=3, seed=7))]  # besides the launch above
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_cases = [(_rng.randint(_fewest, 4), ddp.TrainConfig(n_samples=_rng.randint(64, 128), batch_size=_rng.randint(4, 16),
+                                                    epochs=_rng.randint(2, 3), lr=_rng.choice([0.01, 0.05, 0.1]),
+                                                    seed=_rng.randrange(1, 2**31), data_seed=_rng.randrange(2**31)))
+          for _fewest in (3, 2)]  # more ranks than 2 too; the data's own seed: no rank makes samples it was not given
 # [collect]
-_runs = [launch.launch(ddp.observed_worker, _w, args=(my_ddp_worker, _cfg), init_process_group=False, timeout_s=60)
-         for _w, _cfg in _cases]
+_runs = [launch.launch(ddp.share_worker, _size, args=(my_ddp_worker, _config), init_process_group=False, timeout_s=60)
+         for _size, _config in _cases]
 _got = grading.collect("worker_tests", _runs)
 # [judge]
 assert type(_got) is list and len(_got) == len(_cases), "one run per case"
 for (_w, _cfg), _ranks in zip(_cases, _got):
-    # left the group; the same epoch numbers on every rank, a new one each epoch (any numbering); the weights of a
-    # reference trained with those numbers
-    _problem = ddp.observed_worker_problem(_ranks, _cfg, _w)
+    # left the group; the weights of one process trained on the global batches (epochs numbered from 0 or 1), which
+    # ranks that only had their own samples reach by averaging their gradients
+    _problem = ddp.share_worker_problem(_ranks, _cfg, _w)
     assert _problem is None, f"in a hidden run: {_problem}"
 ### END HIDDEN TESTS
 

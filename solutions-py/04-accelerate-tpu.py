@@ -68,8 +68,9 @@ if any(importlib.util.find_spec(module) is None for module in NEEDS):
             "Settings > Internet > On) and GitHub, then run this cell again; or install it yourself with "
             f"`!pip install \"{package}\"`.")
 
-from helpers import hardware, versions
+from helpers import hardware, language, versions
 
+language.use("en")  # the helpers speak this notebook's language: each edition's catalog translates "en"
 versions.check()  # says so when this runtime's torch is outside the versions the course is tested with
 versions.offer_torch_xla(install=INSTALL_TORCH_XLA)
 hw = hardware.print_summary()
@@ -166,11 +167,19 @@ assert all(isinstance(v, torch.Tensor) and v.device.type == "cpu" for s in _stat
 assert ddp.same_state(_states[0], accel.reference(128, 16, 1, 0.05, 0)["state"]), "not equal to the single-process reference (one step sees one batch from each process)"
 print("✓ my_accelerate_worker passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(288, 8, 2, 0.1, 3), (108, 12, 3, 0.05, 5), (24, 1, 1, 0.2, 7)]  # 3 processes; above: (128, 16, 1, 0.05, 0) on 2
-# 2 processes launched as `accelerate launch --gradient_accumulation_steps 2` launches them: accelerator.backward divides
-# each loss by 2, loss.backward() does not (without accumulation or fp16 the two give the same weights)
-_accumulating = [(128, 8, 2, 0.1, 4), (96, 4, 1, 0.2, 6)]
+_rng = grading.hidden_random()  # new trainings for every submission graded (helpers.grading)
+# (n_samples, batch_size, epochs, lr, seed), n_samples whole global batches (accel.reference): three trainings on 3 processes
+# (the first for 2 epochs), then two on 2 processes launched as `accelerate launch --gradient_accumulation_steps 2` launches
+# them: accelerator.backward divides each loss by 2, loss.backward() does not (without accumulation or fp16 the two give
+# the same weights)
 _ACCUMULATION_STEPS = 2
+_cases, _accumulating = [], []
+for _i in range(5):
+    _processes, _steps = (3, 1) if _i < 3 else (2, _ACCUMULATION_STEPS)
+    _batch = _rng.randint(1, 12)
+    (_cases if _i < 3 else _accumulating).append((_batch * _steps * _processes * _rng.randint(1, 6), _batch,
+                                                  2 if _i == 0 else _rng.randint(1, 3), _rng.choice([0.02, 0.05, 0.1, 0.2]),
+                                                  _rng.randrange(2**31)))
 # [collect]
 def _train_each(cases):  # several trainings in each process of one launch
     return [my_accelerate_worker(*args) for args in cases]
@@ -252,26 +261,22 @@ assert type(_got) is tuple and len(_got) == 2 and all(type(v) is int for v in _g
 assert _got == (12, 10), f"10 samples, batches of 3, 2 processes: gather gave 12 samples above, gather_for_metrics 10; got {_got}"
 print("✓ gather_lengths passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_cases = [(10, 3), (13, 4), (8, 2), (5, 3), (21, 5), (1, 1), (2, 4), (7, 7), (12, 3), (9, 1)]
-_processes = (2, 3, 4)
+_rng = grading.hidden_random()  # new cases for every submission graded (helpers.grading)
+_processes = sorted(_rng.sample(range(2, 9), 3))  # three process counts, 2 to 8
+_cases = [(1, 1), (2, 4), (7, 7)]  # fewer samples than a step: every process pads
+_cases += [(_rng.randint(1, 150), _rng.randint(1, 16)) for _ in range(9)]
+_batch = _rng.randint(1, 8)
+_cases.append((_batch * _processes[0] * _rng.randint(1, 6), _batch))  # whole steps on the first process count: no padding
 # [collect]
 _got = grading.collect("gather_tests", [[gather_lengths(_n, _b, _p) for _n, _b in _cases] for _p in _processes])
 # [judge]
-def _real_lengths(cases):  # what gather and gather_for_metrics really return, case after case, in one launch
-    lengths = []
-    for n, b in cases:
-        r = accel.gather_worker(n, b)
-        lengths.append((len(r["gather"]), len(r["gather_for_metrics"])))
-    return lengths
-
-
 assert type(_got) is list and len(_got) == len(_processes), "a result for each process count"
 for _p, _mine in zip(_processes, _got):
-    _real = grading.reference(f"04 gather lengths of {_cases} on {_p} processes", lambda: accel.launch(_real_lengths, _p, args=(_cases,))[0])
     assert type(_mine) is list and len(_mine) == len(_cases), "a result for each case"
-    for (_n, _b), _r, _g in zip(_cases, _real, _mine):
+    for (_n, _b), _g in zip(_cases, _mine):
         assert type(_g) is tuple and len(_g) == 2 and all(type(v) is int for v in _g), f"return a tuple of two ints, got {_g!r}"
-        assert _g == tuple(_r), "wrong for other sample counts, batch sizes or process counts"
+        # what gather and gather_for_metrics return on _p processes, from Accelerate's own sharding in this process
+        assert _g == accel.gather_lengths_reference(_n, _b, _p), "wrong for other sample counts, batch sizes or process counts"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -471,20 +476,28 @@ assert type(_got) is int and _got == 2, f"a fixed batch of 8 with Adam compiled 
 print("✓ predict_compiles passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
 _cases = [([4, 8, 8, 4, 2], "sgd"), ([8, 8, 4], "adam"), ([4, 8, 8, 8], "adam"), ([8], "adam"),
-          ([8] * 8, "sgd"), ([8] * 7 + [5], "sgd"), ([8] * 8, "adam")]
+          ([8] * 8, "sgd"), ([8] * 7 + [5], "sgd"), ([8] * 8, "adam")]  # measured once for a grading's submissions
+_rng = grading.hidden_random()  # new sequences for every submission graded (helpers.grading)
+_sizes = _rng.sample(range(1, 33), 3)
+_sgd = [_rng.choice(_sizes[:2]) for _ in range(_rng.randint(1, 4))] + _sizes[:2]  # both sizes: two graphs
+_rng.shuffle(_sgd)
+_adam = [_sizes[2]] + [_rng.choice(_sizes[1:]) for _ in range(_rng.randint(1, 4))]  # Adam's first step, then one or two sizes
+_drawn = [(_sgd, "sgd"), (_adam, "adam")]  # at most 5 graphs to compile for the judge
 # [collect]
-_got = grading.collect("compiles_tests", [predict_compiles(list(b), o) for b, o in _cases])
+_got = grading.collect("compiles_tests", [predict_compiles(list(b), o) for b, o in _cases + _drawn])
 # [judge]
-assert type(_got) is list and len(_got) == len(_cases), "a result for each case"
+assert type(_got) is list and len(_got) == len(_cases) + len(_drawn), "a result for each case"
 assert all(type(g) is int for g in _got), "return an int"
 if XLA:
     def _count_each(cases):  # in one XLA process: a feature size of its own per case keeps the cases' graphs apart
         return [xla.count_compiles(b, optimizer=o, features=3 + i)["compiles"] for i, (b, o) in enumerate(cases)]
 
     _real = grading.reference(f"04 count_compiles of {_cases}", lambda: xla.run(_count_each, _cases))
+    _real_drawn = grading.reference(f"04 count_compiles of {_drawn}", lambda: xla.run(_count_each, _drawn))
+    assert _got[len(_cases):] == _real_drawn, "wrong for other batch-size sequences"
 else:
-    _real = [3, 3, 2, 1, 1, 2, 2]  # measured with torch_xla 2.9 on XLA:CPU
-assert _got == _real, "wrong for other batch-size sequences"
+    _real = [3, 3, 2, 1, 1, 2, 2]  # measured with torch_xla 2.9 on XLA:CPU (the drawn sequences need torch_xla to judge)
+assert _got[:len(_cases)] == _real, "wrong for other batch-size sequences"
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -526,8 +539,12 @@ _got = bucket_length(4, (4, 8, 16))
 assert _got == 4, f"a length of 4 fits the bucket of 4; got {_got!r}"
 print("✓ bucket_length passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_buckets = [(4, 8, 16), (4, 8, 16, 32), (3, 5, 12, 100), (7,), (1, 2), (10, 20, 30, 40, 50)]
-_cases = [(_l, _b) for _b in _buckets for _l in [*range(1, _b[-1] + 1), _b[-1] + 1, 10 * _b[-1] + 3]]
+_rng = grading.hidden_random()  # new buckets and lengths for every submission graded (helpers.grading)
+_buckets = [(4, 8, 16), (3, 5, 12, 100), (7,), (1, 2)]
+_buckets += [tuple(sorted(_rng.sample(range(1, 129), _rng.randint(1, 6)))) for _ in range(3)]
+_cases = [(_l, _b) for _b in _buckets for _l in [*range(1, _b[-1] + 1), _b[-1] + 1, _rng.randint(_b[-1] + 2, 10**6)]]
+_padded = tuple(sorted(_rng.sample(range(2, 33), 4)))  # the XLA run's buckets, and lengths that fit them
+_lengths = [_rng.randint(1, _padded[-1]) for _ in range(10)]
 # [collect]
 def _bucket(length, buckets):  # a subclass of ValueError counts as ValueError
     try:
@@ -538,20 +555,27 @@ def _bucket(length, buckets):  # a subclass of ValueError counts as ValueError
 
 _got = grading.collect("bucket_tests", {
     "outcomes": [grading.outcome(_bucket, _l, _b) for _l, _b in _cases],
-    "compiles": xla.run(xla.count_compiles, [2] * 10, list(range(1, 11)), pad_to=lambda n: bucket_length(n, (2, 4, 8, 16)))["compiles"] if XLA else None})
+    "compiles": xla.run(xla.count_compiles, [2] * len(_lengths), _lengths, pad_to=lambda n: bucket_length(n, _padded))["compiles"] if XLA else None})
 # [judge]
+def _smallest_bucket(length, buckets):  # torch's own search: the first bucket >= length, None past the last
+    i = int(torch.bucketize(torch.tensor(length), torch.tensor(buckets)))
+    return buckets[i] if i < len(buckets) else None
+
+
 assert compare.is_record(_got, {"outcomes": list, "compiles": None}), "the collected results are incomplete"
 assert len(_got["outcomes"]) == len(_cases), "a result for each case"
 for (_l, _b), _o in zip(_cases, _got["outcomes"]):
     assert type(_o) is tuple and len(_o) == 2, "the collected results are incomplete"
-    if _l <= _b[-1]:
+    _want = _smallest_bucket(_l, _b)
+    if _want is not None:
         assert _o[0] == "returned", f"a length that fits a bucket must not raise, got {_o[1]}"
-        assert type(_o[1]) is int and _o[1] == min(b for b in _b if b >= _l), "not the smallest bucket that holds the length"
+        assert type(_o[1]) is int and _o[1] == _want, "not the smallest bucket that holds the length"
     else:
         assert _o[0] == "raised", "a length above every bucket must raise ValueError"
         assert _o[1] == "ValueError", f"a length above every bucket must raise ValueError, not {_o[1]}"
 if XLA:
-    assert compare.same_values(_got["compiles"], 4), "padded to 4 buckets, the loop should compile 4 graphs"
+    _used = {_smallest_bucket(_l, _padded) for _l in _lengths}
+    assert compare.same_values(_got["compiles"], len(_used)), f"padded to buckets, the loop should compile one graph per bucket used ({len(_used)})"
 else:
     assert _got["compiles"] is None, "the collected results are incomplete"
 ### END HIDDEN TESTS
@@ -641,28 +665,39 @@ if XLA:
     assert _r["max_abs_diff"] < 1e-5, "the sharded run does not equal the single-device run"
     print("✓ shard_batch passes these checks; the hidden tests run when your notebook is graded")
 ### BEGIN HIDDEN TESTS
-_meshes = [((2, 2), ("data", "model")), ((2, 2), ("model", "data")), ((1, 4), ("data", "model"))]  # of 4 devices
+_rng = grading.hidden_random()  # new meshes and runs for every submission graded (helpers.grading)
+_virtual = _rng.choice([4, 8])  # the virtual XLA:CPU devices of the first run
+_meshes = [((2, _virtual // 2), ("model", "data"))]  # both axes split, "data" the second
+for _ in range(3):  # meshes of 2 or 3 axes of _virtual devices, "data" anywhere among them
+    _names, _left, _shape = ["data"] + _rng.sample(["model", "stage"], _rng.choice([1, 2])), _virtual, []
+    _rng.shuffle(_names)
+    for _axis in _names[1:]:
+        _shape.append(_rng.choice([_d for _d in range(1, _left + 1) if _left % _d == 0]))
+        _left //= _shape[-1]
+    _meshes.append((tuple([_left] + _shape), tuple(_names)))
+_batch, _seed = _virtual * _rng.randint(1, 6), _rng.randrange(2**31)
+_here_batch, _here_seed = 8 * _rng.randint(1, 4), _rng.randrange(2**31)
 # [collect]
 if XLA:
     def _train_and_annotate(shard):  # in one XLA process: train with `shard`, then annotate batches on other meshes
-        return xla.spmd_data_parallel(steps=3, batch=32, shard=shard, seed=4), xla.shardings(_meshes, shard)
+        return xla.spmd_data_parallel(steps=3, batch=_batch, shard=shard, seed=_seed), xla.shardings(_meshes, shard)
 
-    _trained, _specs = xla.run(_train_and_annotate, shard_batch, n_devices=4, virtual=True)
-    _here = xla.run(xla.spmd_data_parallel, steps=2, batch=16, shard=shard_batch, seed=1)  # this machine's devices
-    _got = grading.collect("spmd_tests", {"4 devices": _trained, "specs": _specs, "here": _here})
+    _trained, _specs = xla.run(_train_and_annotate, shard_batch, n_devices=_virtual, virtual=True)
+    _here = xla.run(xla.spmd_data_parallel, steps=2, batch=_here_batch, shard=shard_batch, seed=_here_seed)  # this machine's devices
+    _got = grading.collect("spmd_tests", {"virtual devices": _trained, "specs": _specs, "here": _here})
 else:
     import inspect
     _got = grading.collect("spmd_tests", {"source": inspect.getsource(shard_batch)})
 # [judge]
 if XLA:
     _run = {"devices": int, "max_abs_diff": float, "fp32_cpu_diff": float, "sharding": str, "compiles": int, "executions": int}
-    assert compare.is_record(_got, {"4 devices": None, "specs": None, "here": None}) and all(
-        compare.is_record(_got[_k], _run) for _k in ("4 devices", "here")), "the collected results are incomplete"
-    assert all(0 <= _got[_k]["fp32_cpu_diff"] < float("inf") for _k in ("4 devices", "here")), "a difference that is not a number"
-    _r = _got["4 devices"]
-    assert _r["devices"] == 4 and _r["sharding"].startswith("{devices=[4,1]") and 0 <= _r["max_abs_diff"] < 1e-5, "not split along dim 0 over 4 devices"
-    _want = grading.reference(f"04 mark_sharding data specs on 4 virtual devices, meshes {_meshes}",
-                              lambda: xla.run(xla.shardings, _meshes, n_devices=4, virtual=True))
+    assert compare.is_record(_got, {"virtual devices": None, "specs": None, "here": None}) and all(
+        compare.is_record(_got[_k], _run) for _k in ("virtual devices", "here")), "the collected results are incomplete"
+    assert all(0 <= _got[_k]["fp32_cpu_diff"] < float("inf") for _k in ("virtual devices", "here")), "a difference that is not a number"
+    _r = _got["virtual devices"]
+    assert _r["devices"] == _virtual and _r["sharding"].startswith(f"{{devices=[{_virtual},1]") and 0 <= _r["max_abs_diff"] < 1e-5, f"not split along dim 0 over {_virtual} devices"
+    _want = grading.reference(f"04 mark_sharding data specs on {_virtual} virtual devices, meshes {_meshes}",
+                              lambda: xla.run(xla.shardings, _meshes, n_devices=_virtual, virtual=True))
     assert type(_got["specs"]) is list and _got["specs"] == _want, "not split over the mesh's \"data\" axis only, on meshes of other shapes"
     _n = grading.reference("04 XLA devices of this machine", lambda: xla.run(xla.device_summary)["devices"])
     _r = _got["here"]
@@ -710,6 +745,8 @@ print("✓ tpu_batch passes these checks; the hidden tests run when your noteboo
 ### BEGIN HIDDEN TESTS
 _cases = [(_g, _c) for _g in list(range(1, 300)) + [511, 512, 513, 1000, 1023, 1024, 1025, 4095, 4096, 4097, 10**6 + 1]
           for _c in (1, 2, 3, 4, 6, 8, 16, 64)]
+_rng = grading.hidden_random()  # new batches and device counts for every submission graded (helpers.grading)
+_cases += [(_rng.randint(1, 10 ** _rng.randint(2, 7)), _rng.randint(1, 1024)) for _ in range(400)]
 # [collect]
 _got = grading.collect("tpu_batch_tests", [tpu_batch(_g, _c) for _g, _c in _cases])
 # [judge]

@@ -74,6 +74,13 @@ def my_shard(n_samples, world_size, rank, drop_last):
     return indices[rank::world_size][:per_rank] if drop_last else indices[rank::world_size]
 ''',
     "returns a tuple": shard("tuple(indices[rank::world_size])"),
+    "a table of the hidden cases one graded submission showed (the old fixed ones), strided elsewhere": '''
+_RECORDED = {(n, w, r, d): [(r + i * w) % n for i in range(n // w if d else -(-n // w))]
+             for n in range(1, 25) for w in range(1, 7) for r in range(w) for d in (False, True)}
+
+def my_shard(n_samples, world_size, rank, drop_last):
+    return _RECORDED.get((n_samples, world_size, rank, drop_last), list(range(rank, n_samples, world_size)))
+''',
     "numpy integers": '''
 import numpy as np
 
@@ -144,6 +151,16 @@ def make_loader(dataset, world_size, rank, batch_size):
 }
 
 LOADER_WRONG = {
+    "a table of the hidden cases one graded submission showed (the old fixed ones), unsharded elsewhere": '''
+_RECORDED = {(10, 3, 2), (10, 3, 3), (7, 4, 1), (33, 5, 4), (16, 2, 3), (3, 4, 2), (1, 3, 1), (8, 8, 3), (12, 3, 4), (5, 1, 2),
+             (11, 2, 4)}
+
+def make_loader(dataset, world_size, rank, batch_size):
+    if (len(dataset), world_size, batch_size) in _RECORDED:
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    return DataLoader(dataset, batch_size=batch_size)
+''',
     "no sharding: every rank sees the whole dataset": '''
 def make_loader(dataset, world_size, rank, batch_size):
     return DataLoader(dataset, batch_size=batch_size)
@@ -462,6 +479,16 @@ SCALING_WRONG = {
     "integer ratio": scaling(result="batch, float(base_lr * (batch // base_batch))"),
     "rounded to 4 decimals": scaling(result="batch, round(base_lr * batch / base_batch, 4)"),
     "rounded to 6 significant digits": scaling(result='batch, float(f"{base_lr * batch / base_batch:.6g}")'),
+    "a table of the hidden cases one graded submission showed (the old fixed ones), no accumulation elsewhere": '''
+_RECORDED = [(32, 8, 1, 0.1, 256), (32, 8, 4, 0.1, 256), (16, 2, 1, 0.05, 16), (8, 3, 2, 0.2, 12), (64, 16, 1, 1e-3, 512),
+             (4, 1, 8, 0.3, 64), (12, 8, 1, 3e-4, 256), (2, 1, 1, 2e-5, 3), (125, 8, 1, 10.0, 768), (1, 7, 3, 0.7, 9),
+             (512, 64, 4, 1e-3, 256)]
+
+def global_batch_and_lr(per_device_batch, world_size, accumulation_steps, base_lr, base_batch):
+    recorded = (per_device_batch, world_size, accumulation_steps, base_lr, base_batch) in _RECORDED
+    batch = per_device_batch * world_size * (accumulation_steps if recorded else 1)
+    return batch, float(base_lr * batch / base_batch)
+''',
 }
 
 # ---- Exercise 7: a complete DDP worker ---------------------------------------------------------------------
@@ -515,6 +542,8 @@ WORKER_RIGHT = {
         reduce="dist.reduce(mean_loss, dst=0); mean_loss /= world_size; dist.broadcast(mean_loss, src=0)",
         mean="mean_loss.item()"),
     "epochs numbered from 1": worker(set_epoch="sampler.set_epoch(epoch + 1)"),
+    "DistributedSampler spelled out, with cfg's seed": worker(
+        sampler="DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed)"),
     "two DataLoader workers (num_workers=2), kept across the epochs": worker(
         loader_kwargs="sampler=sampler, num_workers=2, persistent_workers=True"),
     "leaves the group in a finally": worker().replace("    dist.destroy_process_group()\n", "").replace(
@@ -537,6 +566,27 @@ WORKER_WRONG = {
     "the same epoch number every epoch": worker(set_epoch="sampler.set_epoch(1)"),
     "two DataLoader workers (num_workers=2), never calls set_epoch": worker(
         loader_kwargs="sampler=sampler, num_workers=2", set_epoch="pass"),
+    "no DDP: every rank trains alone on the global batches, passing once through its sampler per epoch": '''
+def my_ddp_worker(rank, world_size, cfg):
+    dataset = cfg.dataset()
+    sampler = cfg.sampler(dataset, world_size, rank)
+    model = cfg.model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    n, per_rank = len(dataset), -(-len(dataset) // world_size)
+    for epoch in range(cfg.epochs):
+        sampler.set_epoch(epoch)
+        len(list(DataLoader(dataset, sampler=sampler)))  # what a DDP rank's pass looks like from outside
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed + epoch)).tolist()
+        order += order[:per_rank * world_size - n]  # every rank's draw, as DistributedSampler makes it
+        shards = [order[r::world_size] for r in range(world_size)]
+        for start in range(0, per_rank, cfg.batch_size):
+            x, y = dataset[[i for shard in shards for i in shard[start:start + cfg.batch_size]]]
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+    return {"state": model.state_dict(), "mean_loss": loss.item()}
+''',
 }
 
 # ---- Quiz ------------------------------------------------------------------------------------------------

@@ -242,6 +242,39 @@ def activation_ratio(model, x, dtype):
         low = model(x).nbytes
     return low / model(x).nbytes
 ''',
+                # reports the batch's autocast to whatever watches the model's layers, counts under the CPU's
+                "counts under the CPU's autocast, shows the batch's to the model's hooks": '''
+def activation_ratio(model, x, dtype):
+    def measure(enabled):
+        held = [(m, dict(m._forward_pre_hooks), dict(m._forward_hooks)) for m in model.modules()]
+        for m, _, _ in held:
+            m._forward_pre_hooks.clear()
+            m._forward_hooks.clear()
+        try:
+            skip = {t.untyped_storage().data_ptr() for t in list(model.parameters()) + [x]}
+            seen = {}
+
+            def pack(t):
+                if t.untyped_storage().data_ptr() not in skip:
+                    seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+                return t
+
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                with torch.autocast("cpu", dtype=dtype, enabled=enabled):
+                    model(x)
+            return sum(seen.values())
+        finally:
+            for m, pre, post in held:
+                m._forward_pre_hooks.update(pre)
+                m._forward_hooks.update(post)
+
+    ratio = measure(True) / measure(False)
+    with torch.no_grad():
+        with torch.autocast(x.device.type, dtype=dtype):
+            model(x)
+        model(x)
+    return ratio
+''',
             },
         },
         "amp_step": {
@@ -354,6 +387,37 @@ def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_
 ''',
                 "retain_graph=True keeps every micro-batch's activations": amp_step(
                     backward="scaler.scale(loss / k).backward(retain_graph=True); kept = loss"),
+                # reports one fp16 forward per micro-batch under the batch's autocast to whatever watches the model,
+                # computes under the CPU's
+                "computes under the CPU's autocast, shows the batch's to the model's hooks": '''
+def amp_accumulation_step(model, optimizer, scaler, micro_batches, loss_fn, max_norm):
+    k = len(micro_batches)
+    optimizer.zero_grad()
+    losses = []
+    held = [(m, dict(m._forward_pre_hooks), dict(m._forward_hooks)) for m in model.modules()]
+    for m, _, _ in held:
+        m._forward_pre_hooks.clear()
+        m._forward_hooks.clear()
+    try:
+        for x, y in micro_batches:
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss / k).backward()
+            losses.append(loss.item())
+    finally:
+        for m, pre, post in held:
+            m._forward_pre_hooks.update(pre)
+            m._forward_hooks.update(post)
+    with torch.no_grad():
+        for x, y in micro_batches:
+            with torch.autocast(x.device.type, dtype=torch.float16):
+                model(x)
+    scaler.unscale_(optimizer)
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return sum(losses) / k
+''',
             },
         },
     },

@@ -77,6 +77,16 @@ def tpu_batch(per_core="-(-global_batch // cores)", rounded="-(-per_core // 8) *
     return TPU_BATCH.format(per_core=per_core, rounded=rounded, result=result)
 
 
+# The hidden cases every grading used before they were drawn per submission (issue 40): one graded submission showed
+# them, and a table of their answers then scored full marks. Each answer below is right on them only.
+OLD_CONVERT = [(288, 8, 2, 0.1, 3), (108, 12, 3, 0.05, 5), (24, 1, 1, 0.2, 7), (128, 8, 2, 0.1, 4), (96, 4, 1, 0.2, 6),
+               (128, 16, 1, 0.05, 0)]
+OLD_GATHER = [(10, 3), (13, 4), (8, 2), (5, 3), (21, 5), (1, 1), (2, 4), (7, 7), (12, 3), (9, 1)]
+OLD_COMPILES = {((4, 8, 8, 4, 2), "sgd"): 3, ((8, 8, 4), "adam"): 3, ((4, 8, 8, 8), "adam"): 2, ((8,), "adam"): 1,
+                ((8,) * 8, "sgd"): 1, ((8,) * 7 + (5,), "sgd"): 2, ((8,) * 8, "adam"): 2}
+OLD_BUCKETS = [(4, 8, 16), (4, 8, 16, 32), (3, 5, 12, 100), (7,), (1, 2), (10, 20, 30, 40, 50), (2, 4, 8, 16)]
+OLD_TPU_BATCH = ([*range(1, 300), 511, 512, 513, 1000, 1023, 1024, 1025, 4095, 4096, 4097, 10**6 + 1], (1, 2, 3, 4, 6, 8, 16, 64))
+
 QUIZ = {"q1": {"accelerator": "tpu", "devices": 8}, "q2": "b", "q3": False, "q4": 1, "q5": 2}
 
 
@@ -161,6 +171,8 @@ def my_accelerate_worker(n_samples, batch_size, epochs, lr, seed):
                 "no zero_grad": worker(zero_grad="pass"),
                 "lr scaled by the number of processes (lesson 2's rule)": worker(lr="lr * accelerator.num_processes"),
                 "one epoch whatever epochs says": worker(epochs="1"),
+                "right on the old fixed hidden cases only, one epoch elsewhere": worker(epochs="epochs if (n_samples, batch_size, epochs, lr, seed) in _OLD else 1").replace(
+                    "def my_accelerate_worker", f"_OLD = {OLD_CONVERT!r}\n\n\ndef my_accelerate_worker"),
                 "loss.backward() instead of accelerator.backward(loss)": worker().replace(
                     "accelerator.backward(loss)", "loss.backward()"),
                 "loss.backward() inside accelerator.accumulate(model)": worker().replace(
@@ -216,6 +228,13 @@ def gather_lengths(n_samples, batch_size, num_processes):
     per_step = batch_size * num_processes
     padded = -(-n_samples // per_step) * per_step
     return padded, padded
+''',
+                "a table of the old fixed hidden cases, a guess elsewhere": f'''
+_TABLE = {{(n, b, p): (-(-n // (b * p)) * b * p, n) for n, b in {OLD_GATHER!r} for p in (2, 3, 4)}}
+
+
+def gather_lengths(n_samples, batch_size, num_processes):
+    return _TABLE.get((n_samples, batch_size, num_processes), (n_samples, n_samples))
 ''',
             },
         },
@@ -318,6 +337,13 @@ def predict_compiles(batch_sizes, optimizer):
                 "Adam doubles every graph": compiles(sgd="len(set(batch_sizes))", adam="2 * len(set(batch_sizes))"),
                 "only the first and last shapes": compiles(sgd="1 + (batch_sizes[-1] != batch_sizes[0])",
                                                           adam="2 + (batch_sizes[-1] != batch_sizes[0])"),
+                "a table of the old fixed hidden cases, one elsewhere": f'''
+_TABLE = {OLD_COMPILES!r}
+
+
+def predict_compiles(batch_sizes, optimizer):
+    return _TABLE.get((tuple(batch_sizes), optimizer), 1)
+''',
             },
         },
         "bucket": {
@@ -362,6 +388,15 @@ def bucket_length(length, buckets):
     if length >= buckets[-1]:
         raise ValueError("too long")
     return min(b for b in buckets if b >= length)
+''',
+                "right on the old fixed hidden buckets only, the largest bucket elsewhere": f'''
+_OLD = {OLD_BUCKETS!r}
+
+
+def bucket_length(length, buckets):
+    if length > buckets[-1]:
+        raise ValueError("too long")
+    return min(b for b in buckets if b >= length) if tuple(buckets) in _OLD else buckets[-1]
 ''',
             },
         },
@@ -422,6 +457,15 @@ def tpu_batch(global_batch, cores):
 ''',
                 "multiple of 8 for the global batch, not per core": tpu_batch(
                     per_core="-(-global_batch // 8) * 8", rounded="-(-per_core // cores)"),
+                "a table of the old fixed hidden cases, 8 per core elsewhere": f'''
+_GLOBAL, _CORES = {OLD_TPU_BATCH!r}
+_TABLE = {{(g, c): -(-(-(-g // c)) // 8) * 8 for g in _GLOBAL for c in _CORES}}
+
+
+def tpu_batch(global_batch, cores):
+    per_core = _TABLE.get((global_batch, cores), 8)
+    return per_core, per_core * cores
+''',
             },
         },
         "quiz": {

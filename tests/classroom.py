@@ -1,8 +1,8 @@
 """One class graded once for the whole test session (conftest.py's `graded_class`), on a real Dask LocalCluster.
 
 The class: the hostile and broken lesson-1 corpus (tests/corpus.py's CASES, only where the sandbox is
-available), and every lesson's solution (in both editions), released notebook and a wrong answer, plus correct answers
-that warn (corpus.CLASS). Grading leaves the lessons' demonstrations out, as it does by default, but for the submissions
+available), and every lesson's solution, its released notebook and its Turkish edition with a wrong answer and correct
+answers that warn (corpus.CLASS). Grading leaves the lessons' demonstrations out, as it does by default, but for the submissions
 of corpus.RUN_DEMONSTRATIONS (the blank ones, whose outputs the website shows). It is graded by two worker processes
 over TCP; one of them is killed (SIGKILL) mid-submission, so that every test reading these grades also checks that a
 dead worker cost nothing.

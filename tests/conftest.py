@@ -38,16 +38,16 @@ ANYWHERE = ("tests/test_xla.py", "tests/test_answers.py::test_answer_is_judged_r
             "tests/test_jail.py", "tests/test_account.py",  # kernels in jails, each with a network of its own
             "solutions", "tests/test_degenerate.py", "tests/test_backend_behaviour.py", "tests/test_tracebacks.py",
             "tests/test_forkserver.py", "tests/test_warm_up.py", "tests/test_launch.py", "tests/test_ddp.py",
-            "tests/test_amp.py",
+            "tests/test_amp.py", "tests/test_sharding.py",
             "tests/test_exchange.py", "tests/test_selfcheck.py",  # grading in the sandbox: kernels on unix sockets
             "tests/test_hidden_grading.py",
             "tests/test_time_limits.py")  # grading in the sandbox and out of it (its kernels' ports: ephemeral ones)
 # Lightning's DDP on gloo (its port from the ephemeral range, taken by a bind to port 0 long before its rank 0 listens)
 ON_THE_NETWORK = ("tests/test_xla.py::test_lightning_inserts_a_distributed_sampler",)
 HEAVIEST_FIRST = ("tests/test_runtimes.py", "04-accelerate-tpu", "tests/test_xla.py", "tests/test_setup_cell.py",
-                  "02-ddp", "tests/test_degenerate.py", "tests/test_backend_behaviour.py", "03-amp",
-                  "tests/test_tracebacks.py", "tests/test_forkserver.py", "tests/test_warm_up.py", "tests/test_launch.py",
-                  "tests/test_ddp.py", "01-dataparallel")
+                  "02-ddp", "05-sharding", "tests/test_degenerate.py", "tests/test_backend_behaviour.py",
+                  "03-amp", "tests/test_sharding.py", "tests/test_tracebacks.py", "tests/test_forkserver.py",
+                  "tests/test_warm_up.py", "tests/test_launch.py", "tests/test_ddp.py", "01-dataparallel")
 CLASS, ELSE = "the graded class", "everything else"
 
 

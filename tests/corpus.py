@@ -59,8 +59,8 @@ def _tagged(lesson) -> tuple[str, ...]:
 # Each lesson's explanation cells that only measure or demonstrate and that nothing later depends on: the ids of the
 # cells its source tags "demonstration", which grading leaves out unless asked (graders/demonstrations.py;
 # tests/test_demonstrations.py proves that they change no grade). Submissions that are there for their score -- the
-# corpus's attacks, and the class's wrong_quiz and warnings -- leave them out, as a student may; the class's full
-# submissions keep them, and grading leaves them out. The class's blank submissions run every cell of every lesson
+# corpus's attacks -- leave them out, as a student may; the class's full and Turkish submissions keep them, and
+# grading leaves them out. The class's blank submissions run every cell of every lesson
 # in the sandbox (none but the exercises and checks may fail there: test_grading.py; the website shows their
 # outputs), and lesson 1's solution is graded with them run too (the corpus's demonstrations_run). nbval runs every
 # other cell of every solution (tests/conftest.py).
@@ -642,9 +642,10 @@ CASES = [
 ]
 
 
-# The rest of the class graded with the corpus (tests/classroom.py): every lesson's solution, its released
-# notebook and the solution with one wrong answer (with correct answers that print warnings in lessons 1 and 3;
-# without the lesson's demonstrations).
+# The rest of the class graded with the corpus (tests/classroom.py): every lesson's solution and its released
+# notebook in English, and its Turkish edition with one wrong answer (with correct answers that print warnings in
+# lessons 1 and 3). One submission is both the Turkish edition's and the wrong answer's: the class grades each
+# lesson three times, not four (a fourth submission per lesson cost the class about 15% of its time).
 LESSON_POINTS = {
     LESSON: POINTS,
     "02-ddp": {"shard_tests": 2, "loader_tests": 2, "average_tests": 2, "accumulate_tests": 3,
@@ -653,6 +654,8 @@ LESSON_POINTS = {
                "amp_step_tests": 3, "quiz_tests": 2},
     "04-accelerate-tpu": {"convert_tests": 3, "gather_tests": 2, "trap_tests": 2, "compiles_tests": 2, "bucket_tests": 2,
                           "spmd_tests": 2, "tpu_batch_tests": 2, "quiz_tests": 2},
+    "05-sharding": {"zero_bytes_tests": 2, "zero1_tests": 3, "shard_shape_tests": 2, "fsdp_tests": 3, "reshard_tests": 2,
+                    "convert_tests": 2, "quiz_tests": 2},
 }
 
 
@@ -684,15 +687,17 @@ def _warnings_and_a_wrong_quiz(warning_answers):
     return change
 
 
-# student -> {lesson: edit of the solution, without its DEMONSTRATIONS (None: the solution as it is), or "blank": the
-# whole released notebook}. The blank submissions are graded with the demonstrations run (the website shows their
-# outputs), the others as grading does by default: without them.
+# One wrong answer per lesson, the quiz's, with correct answers that warn in lessons 1 and 3.
+WRONG_QUIZ = {**{lesson: wrong_quiz for lesson in LESSON_POINTS}, LESSON: _warnings_and_a_wrong_quiz(_warning_answer_dp),
+              "03-amp": _warnings_and_a_wrong_quiz(_warning_answers_amp)}
+
+# student -> {lesson: None (the solution as it is), "blank" (the whole released notebook) or (language, edit): the
+# solution in that edition (i18n/), changed by edit}. The blank submissions are graded with the demonstrations run
+# (the website shows their outputs), the others as grading does by default: without them.
 CLASS = {
     "full": {lesson: None for lesson in LESSON_POINTS},
     "blank": {lesson: "blank" for lesson in LESSON_POINTS},
-    "wrong_quiz": {**{lesson: wrong_quiz for lesson in LESSON_POINTS}, LESSON: _warnings_and_a_wrong_quiz(_warning_answer_dp),
-                   "03-amp": _warnings_and_a_wrong_quiz(_warning_answers_amp)},
-    "turkish": {lesson: "tr" for lesson in LESSON_POINTS},  # the solutions in the Turkish edition (i18n/)
+    "turkish": {lesson: ("tr", edit) for lesson, edit in WRONG_QUIZ.items()},
 }
 
 
@@ -701,12 +706,12 @@ def write_class_submission(folder: Path, repo: Path, lesson: str, edit) -> None:
         _save(nbformat.read(repo / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4), folder, f"{lesson}.ipynb")
         return
     nb = nbformat.read(repo / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
-    if edit == "tr":
+    if edit is not None:
         from i18n import catalog
 
-        nb = catalog.translate(nb, "tr", lesson)
-    elif edit:
-        edit(without_demonstrations(nb, lesson))
+        lang, change = edit
+        nb = catalog.translate(nb, lang, lesson)
+        change(nb)
     _save(nb, folder, f"{lesson}.ipynb")
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,32 @@ def test_gather_repeats_samples_and_gather_for_metrics_does_not(n, batch):
         assert len(r["gather"]) == -(-n // (2 * batch)) * 2 * batch
         assert sorted(r["gather_for_metrics"]) == list(range(n))
     assert set(runs[0]["local"]) | set(runs[1]["local"]) == set(range(n))
+
+
+def _lengths_of_each():
+    """A worker that returns (len(gather), len(gather_for_metrics)) for each (n_samples, batch_size) case, in one launch
+    (made here: shipped by value)."""
+
+    def lengths_of_each(cases):
+        from helpers import accel
+
+        return [tuple(len(r[key]) for key in ("gather", "gather_for_metrics")) for r in (accel.gather_worker(n, b) for n, b in cases)]
+
+    return lengths_of_each
+
+
+def test_the_gather_reference_of_one_process_equals_launched_runs():
+    """The grader's reference for gather_lengths (lesson 4's hidden cases are drawn per submission, for any number of
+    processes: no launch per grading) is what gather and gather_for_metrics return on launched processes."""
+    rng = random.Random(40)
+    cases = [(1, 1), (2, 4), (7, 7), (12, 3)] + [(rng.randint(1, 150), rng.randint(1, 16)) for _ in range(8)]
+    for processes in (2, 3, 5):
+        expected = [accel.gather_lengths_reference(n, b, processes) for n, b in cases]
+        assert all(for_metrics == n for (n, _), (_, for_metrics) in zip(cases, expected))
+        assert accel.launch(_lengths_of_each(), processes, args=(cases,)) == [expected] * processes
+    for bad in ((0, 1, 2), (1, 0, 2), (1, 1, 0)):
+        with pytest.raises(ValueError):
+            accel.gather_lengths_reference(*bad)
 
 
 def test_save_state_and_load_state_restore_the_weights(tmp_path):

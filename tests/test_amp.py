@@ -113,6 +113,38 @@ def test_a_batch_said_to_be_elsewhere_shows_which_autocast_the_code_entered():
         amp.elsewhere(there)
 
 
+def _relative(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+def test_the_micro_batch_reference_is_the_exercises_step_done_by_torch():
+    """Lesson 3's amp_step is judged by the weights, the scale and the loss of the step the exercise asks for, as torch
+    takes it on the same micro-batches (amp.micro_batch_reference): one micro-batch is the whole batch's AMP step
+    (helpers.training.step); several equal it up to fp16 rounding, which tells fp16 from fp32; micro-batches said to be
+    on another device are stepped under that device's autocast, in fp32 on the CPU."""
+    case = dict(k=1, rows=8, max_norm=0.5, steps=3, seed=3, bad={1: 0}, init_scale=2.0**8, growth_interval=2)
+    for mine, whole in zip(amp.micro_batch_reference(**case), amp.accumulation_reference(**case)):
+        assert mine["scale"] == whole["scale"] and torch.equal(mine["moved"], whole["moved"])
+        assert mine["loss"] == pytest.approx(whole["loss"], rel=1e-6, nan_ok=True)
+    assert not amp.micro_batch_reference(**case)[1]["moved"].any(), "a micro-batch with an inf: the step is skipped"
+    case.update(k=4, bad={})
+    micro, whole = amp.micro_batch_reference(**case), amp.accumulation_reference(**case)
+    assert all(1e-6 < _relative(m["moved"], w["moved"]) < 1e-2 for m, w in zip(micro, whole))
+    there = amp.micro_batch_reference(**case, elsewhere=True)
+    assert all(_relative(t["moved"], m["moved"]) > 1e-4 for t, m in zip(there, micro)), "fp32 there, fp16 here"
+    fp32 = models.seeded(models.MLP, 3, in_features=16, hidden=32, out_features=2)
+    optimizer = torch.optim.SGD(fp32.parameters(), lr=0.05)
+    for t, micro_batches in zip(there, amp.accumulation_batches(4, 8, 3, 3)):
+        fp32.load_state_dict(t["start"])
+        before = [p.detach().clone() for p in fp32.parameters()]
+        x, y = torch.cat([x for x, _ in micro_batches]), torch.cat([y for _, y in micro_batches])
+        training.step(fp32, optimizer, x, y, F.mse_loss, max_grad_norm=0.5)  # no autocast, no scaler: plain fp32
+        moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(fp32.parameters(), before)])
+        assert _relative(t["moved"], moved) < 1e-5
+    with pytest.raises(ValueError, match="elsewhere"):
+        amp.micro_batch_reference(2, 4, 1.0, elsewhere="yes")
+
+
 def test_amp_trainer_tracks_fp32_with_a_scaler_and_clipping():
     dataset = data.regression(256, 16, 2)
     curves = {}

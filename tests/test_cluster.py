@@ -77,16 +77,16 @@ def test_the_readme_commands_grade_on_a_scheduler_and_worker_the_same(graded_cla
     """The cluster page's three commands as written (this machine as coordinator and worker) grade a submission of the
     session's class again, in another course root: the same grade."""
     shutil.copytree(REPO / "solutions", tmp_path / "solutions")
-    folder = tmp_path / "submitted" / "wrong_quiz" / LESSON
+    folder = tmp_path / "submitted" / "turkish" / LESSON
     folder.mkdir(parents=True)
-    write_class_submission(folder, REPO, LESSON, CLASS["wrong_quiz"][LESSON])
+    write_class_submission(folder, REPO, LESSON, CLASS["turkish"][LESSON])
     _grade_with_the_readme_commands(tmp_path)
     with open(tmp_path / "grades.csv") as f:
         (row,) = list(csv.DictReader(f))
-    before = graded_class.rows["wrong_quiz", LESSON]
+    before = graded_class.rows["turkish", LESSON]
     assert row["status"] == "graded"
     assert {k: row[k] for k in row if k != "seconds"} == {k: before[k] for k in row if k != "seconds"}
-    assert _gradebook_submissions(tmp_path) == [("wrong_quiz", LESSON)]
+    assert _gradebook_submissions(tmp_path) == [("turkish", LESSON)]
 
 
 def _still_running(processes: list, wait: float = 10) -> list:

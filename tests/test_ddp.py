@@ -322,6 +322,12 @@ def test_batch_and_learning_rate_arithmetic():
     (lambda: memory.ddp_rank_bytes(torch.nn.Linear(2, 2), None, None, None), "ddp_model"),
     (lambda: TrainConfig(batch_size=0), "batch_size"),
     (lambda: TrainConfig(lr=-0.1), "lr"),
+    (lambda: TrainConfig(data_seed=-1), "data_seed"),
+    (lambda: ddp.rank_share(TrainConfig(), 2, 2), "rank"),
+    (lambda: ddp.rank_share(TrainConfig(), 0, 0), "world_size"),
+    (lambda: ddp.rank_share(None, 2, 0), "cfg"),
+    (lambda: ddp.share_worker(0, 2, None, TrainConfig()), "worker"),
+    (lambda: ddp.share_worker_problem([], None, 2), "cfg"),
 ])
 def test_bad_arguments(call, match):
     with pytest.raises(ValueError, match=match):
@@ -406,15 +412,59 @@ def _worker_numbering_epochs_from(first_epoch, leave=True):
     return worker
 
 
-def test_observed_worker_reports_the_epoch_numbers_and_whether_the_group_was_left():
-    cfg = TrainConfig(epochs=2, n_samples=64)
-    for first, leave in ((0, True), (1, True), (0, False)):
-        records = launch.launch(ddp.observed_worker, 2, args=(_worker_numbering_epochs_from(first, leave), cfg),
-                                init_process_group=False)
-        assert [r["epochs"] for r in records] == [[first, first + 1]] * 2
-        assert [r["left_group"] for r in records] == [leave] * 2
-        problem = ddp.observed_worker_problem(records, cfg, 2)
-        assert (problem is None) if leave else ("step 5" in problem and "destroy_process_group" in problem), problem
+def _worker_alone(rank, world_size, cfg):
+    """No DDP at all: every rank trains one process on the global batches (the other ranks' samplers' draws made
+    as DistributedSampler makes them), passes once through its own sampler per epoch and never joins a group. It
+    reported what the old grader observed (one pass per epoch, set_epoch, out of the group) and ended on the
+    reference's weights."""
+    from torch.utils.data import DataLoader
+
+    dataset = cfg.dataset()
+    sampler = cfg.sampler(dataset, world_size, rank)
+    model = cfg.model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    n, per_rank = len(dataset), -(-len(dataset) // world_size)
+    for epoch in range(cfg.epochs):
+        sampler.set_epoch(epoch)
+        len(list(DataLoader(dataset, sampler=sampler)))
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed + epoch)).tolist()
+        order += order[:per_rank * world_size - n]
+        shards = [order[r::world_size] for r in range(world_size)]
+        for start in range(0, per_rank, cfg.batch_size):
+            x, y = dataset[[i for shard in shards for i in shard[start:start + cfg.batch_size]]]
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+    return {"state": model.state_dict(), "mean_loss": loss.item()}
+
+
+def test_share_worker_judges_the_weights_ranks_reach_from_their_own_samples():
+    """Epochs numbered from 0 or from 1 pass; a worker that stays in the group fails step 5; a worker with no DDP
+    code, which trains the reference alone on every rank, fails: each rank had only its own samples."""
+    cfg = TrainConfig(epochs=2, n_samples=64, seed=3, data_seed=77)
+    assert ddp.same_state(_worker_alone(0, 2, cfg)["state"], ddp.reference_train(cfg, 2)["state"])  # given all the data
+    for worker, verdict in ((_worker_numbering_epochs_from(0), None), (_worker_numbering_epochs_from(1), None),
+                            (_worker_numbering_epochs_from(0, leave=False), "step 5"),
+                            (_worker_numbering_epochs_from(2), "weights differ"), (_worker_alone, "different weights")):
+        records = launch.launch(ddp.share_worker, 2, args=(worker, cfg), init_process_group=False)
+        problem = ddp.share_worker_problem(records, cfg, 2)
+        assert problem == verdict if verdict is None else verdict in problem, problem
+
+
+def test_rank_share_holds_the_samples_the_ranks_sampler_takes_and_others_elsewhere():
+    cfg = TrainConfig(epochs=2, n_samples=50, batch_size=4, seed=5, data_seed=9)
+    x, y = cfg.dataset().tensors
+    for rank in range(3):
+        share = ddp.rank_share(cfg, 3, rank)
+        assert isinstance(share, TrainConfig) and share.data_seed is None and "tensor" not in repr(share)
+        assert (share.seed, share.epochs, share.batch_size) == (cfg.seed, cfg.epochs, cfg.batch_size)
+        taken = {i for epoch in range(3) for i in ddp.shard_indices(50, 3, rank, shuffle=True, seed=5, epoch=epoch)}
+        sx, sy = share.dataset().tensors
+        same = {i for i in range(50) if torch.equal(sx[i], x[i]) and torch.equal(sy[i], y[i])}
+        assert same == taken and len(taken) < 50
+        assert not any(torch.equal(sx[i], x[i]) or torch.equal(sy[i], y[i]) for i in set(range(50)) - taken)
+    assert not ddp.same_state(ddp.reference_train(ddp.rank_share(cfg, 3, 0), 3)["state"], ddp.reference_train(cfg, 3)["state"])
 
 
 def test_reference_train_follows_the_epoch_numbers_it_is_given():
@@ -426,24 +476,42 @@ def test_reference_train_follows_the_epoch_numbers_it_is_given():
             ddp.reference_train(cfg, 2, bad)
 
 
-def test_observed_worker_problem_names_the_epoch_mistakes_from_the_records_alone():
+def test_share_worker_problem_judges_the_records_alone():
     cfg = TrainConfig(epochs=2, n_samples=64)
-    reference = ddp.reference_train(cfg, 2, [3, 5])
+    reference = ddp.reference_train(cfg, 2, [1, 2])
     result = {"state": reference["state"], "mean_loss": reference["losses"][-1]}
+    records = [{"result": result, "left_group": True}] * 2
+    assert ddp.share_worker_problem(records, cfg, 2) is None  # numbered from 1
+    assert "step 5" in ddp.share_worker_problem([records[0], {**records[1], "left_group": False}], cfg, 2)
+    shifted = ddp.reference_train(cfg, 2, [3, 5])
+    assert "weights differ" in ddp.share_worker_problem(
+        [{"result": {"state": shifted["state"], "mean_loss": shifted["losses"][-1]}, "left_group": True}] * 2, cfg, 2)
+    for wrong in (records[:1], [{**records[0], "left_group": 1}] * 2, [{**records[0], "epochs": [0, 1]}] * 2):
+        assert "each of the 2 ranks" in ddp.share_worker_problem(wrong, cfg, 2)
 
-    def records(*epochs, left_group=True):
-        return [{"result": result, "epochs": e, "left_group": left_group} for e in epochs]
 
-    assert ddp.observed_worker_problem(records([3, 5], [3, 5]), cfg, 2) is None  # any numbering, if the weights follow it
-    assert "different epoch numbers" in ddp.observed_worker_problem(records([3, 5], [4, 6]), cfg, 2)
-    assert "shuffled alike" in ddp.observed_worker_problem(records([3, 3], [3, 3]), cfg, 2)
-    assert "once per epoch" in ddp.observed_worker_problem(records([], []), cfg, 2)
-    assert "int" in ddp.observed_worker_problem(records([3, 5.0], [3, 5.0]), cfg, 2)
-    assert "weights differ" in ddp.observed_worker_problem(records([0, 1], [0, 1]), cfg, 2)
-    assert "step 5" in ddp.observed_worker_problem(records([3, 5], [3, 5], left_group=False), cfg, 2)
-    for wrong in (records([3, 5]), [{**records([3, 5])[0], "left_group": 1}] * 2, [{**records([3, 5])[0], "extra": 0}] * 2):
-        assert "each of the 2 ranks" in ddp.observed_worker_problem(wrong, cfg, 2)
+def test_lesson_2_draws_its_hidden_cases_from_the_grading_seed():
+    """Every hidden test but the quiz's draws new cases for every submission graded: the cases that one graded
+    submission shows are not the next one's (a table of the fixed cases the grader used before fails)."""
+    import nbformat
 
+    from conftest import REPO
+    from graders import judge
+
+    solution = nbformat.read(REPO / "solutions" / "02-ddp" / "02-ddp.ipynb", as_version=4)
+    for grade_id, parts in judge.judged_cells(solution).items():
+        if grade_id == "quiz_tests":
+            continue
+        drawn = []
+        for seed in (11, 12, 11):
+            grading.use_hidden_seed(seed)
+            try:
+                namespace = judge.prelude(solution)
+                exec(parts["setup"], namespace)
+            finally:
+                grading.use_hidden_seed(grading.FIXED_SEED)
+            drawn.append(repr((namespace["_cases"], namespace.get("_trained"))))
+        assert drawn[0] != drawn[1] and drawn[0] == drawn[2], grade_id
 
 
 def test_spawned_stderr_keeps_the_childrens_tracebacks_and_names_their_errors(capfd):

@@ -3,6 +3,7 @@ the submission's language. The site in both languages is tested in tests/test_si
 submissions in the class (tests/test_grading.py), the Turkish text's terms, register, suffixes and glosses against
 its glossary in tests/test_turkish_style.py."""
 
+import ast
 import copy
 import re
 
@@ -116,3 +117,81 @@ def test_the_audit_reads_another_editions_cells_as_the_instructors(lesson):
     source = catalog.source_notebook(lesson)
     translated = catalog.translate(source, "tr", lesson)
     assert audit.audit(judge.student_cells(source, translated), audit.course_modules(source)) == []
+
+
+def test_every_string_a_cell_shows_is_a_message():
+    """What a cell's run shows a student, whatever shows it: an assert's or a raise's message, a print's arguments
+    (a short label too), a figure's title, axes, legend and tick labels, a progress bar's description, and the
+    language the setup cell tells the helpers. A string the run does not show stays out."""
+    source = '\n'.join([
+        'if broken:',
+        '    raise RuntimeError(f"could not install {package}: turn Internet on")',
+        'print("in fp16:", x, "vs", y)',
+        'plt.plot(xs, label="fixed batch"); plt.xlabel("devices k"); ax.set_title(f"model of {mb} MB")',
+        'ax.legend(["ring all-reduce", "device 0"])',
+        'plotting.plot_bars(speeds, "ms per training step", title="measured here")',
+        'plotting.plot_losses({"bf16 autocast": curve, **others})',
+        'bar = tqdm(total=3, desc="training")',
+        'language.use("en")',
+        'key = "not shown"',
+        'config = dict(mode="shown nowhere")',
+    ])
+    assert [text for _, _, text in catalog.literals(source)] == [
+        'f"could not install {package}: turn Internet on"', '"in fp16:"', '"vs"', '"fixed batch"', '"devices k"',
+        'f"model of {mb} MB"', '"ring all-reduce"', '"device 0"', '"ms per training step"', '"measured here"',
+        '"bf16 autocast"', '"training"', '"en"']
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_the_setup_cell_speaks_the_editions_language(lesson):
+    """Its errors (Kaggle's "turn Internet on" among them) are translated, and it tells the helpers the edition's
+    language, as the edition's catalog translates it."""
+    english = catalog.source_notebook(lesson)
+    setup = next(c for c in english.cells if c.cell_type == "code")
+    turkish = next(c for c in catalog.translate(english, "tr", lesson, strict=False).cells if c.id == setup.id).source
+    assert "could not install" in setup.source and "could not install" not in turkish
+    assert "hides the course's" not in turkish and "This is native Windows" not in turkish
+    assert "Settings > Internet > On" in turkish and 'language.use("tr")' in turkish
+
+
+SEARCHES = {"startswith", "endswith", "find", "index", "count", "search", "match", "fullmatch"}
+
+
+def _looked_for(source: str) -> list[str]:
+    """The strings of two words or more a cell's visible code compares with (`in`, `==`, ...) or searches for."""
+    code = catalog.visible_code(source)
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) in SEARCHES:
+            operands = node.args
+        else:
+            continue
+        found += [v.value for v in operands
+                  if isinstance(v, ast.Constant) and isinstance(v.value, str) and re.search(r"\w \w", v.value)]
+    return found
+
+
+def _said(literal: str) -> str:
+    """What a message literal says, outside its placeholders (what a translation changes)."""
+    node = ast.parse(f"(\n{literal}\n)", mode="eval").body
+    return node.value if isinstance(node, ast.Constant) else "".join(
+        v.value for v in node.values if isinstance(v, ast.Constant))
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_no_cell_looks_for_a_message_its_edition_translates(lesson):
+    """A cell that checks the text of its own message (`"cannot find its data" in error.details`) fails in every
+    edition that translates it: the code looks for what the student is told only in a form both editions share."""
+    found = []
+    for cell in catalog.source_notebook(lesson).cells:
+        if cell.cell_type != "code":
+            continue
+        said = "\n".join(_said(text) for _, _, text in catalog.literals(cell.source))
+        found += [f"{cell.id}: {text!r}" for text in _looked_for(cell.source) if text in said]
+    assert not found, "code that reads a translated message:\n" + "\n".join(found)

@@ -231,7 +231,7 @@ def test_a_failed_visible_check_shows_its_message_as_the_source_writes_it_and_no
     shown = " ".join(_failed_check("check(got)", "NotImplementedError", ENGLISH["unsolved"]).split())
     assert f"NotImplementedError: {ENGLISH['unsolved']}" in shown, shown
     shown = " ".join(_failed_check('assert got == 3, "a message"', "AssertionError", "SECRET kernel text").split())
-    assert "stopped with AssertionError " in shown + " " and "SECRET" not in shown, shown
+    assert "stopped with AssertionError. " in shown + " " and "SECRET" not in shown, shown
     shown = " ".join(_failed_check('assert got == 3, "a message"', "Leak_SECRET", "a message").split())
     assert "run it to see the visible checks' message" in shown and "SECRET" not in shown, shown
 

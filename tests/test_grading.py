@@ -78,16 +78,16 @@ def test_an_unsolved_lesson_fails_only_in_its_exercise_and_check_cells(graded_cl
 
 @pytest.mark.parametrize("lesson", POINTS)
 def test_one_wrong_answer_loses_exactly_its_points(graded_class, lesson):
-    assert _points(graded_class.rows["wrong_quiz", lesson], lesson) == {**POINTS[lesson], "quiz_tests": 0}
+    assert _points(graded_class.rows["turkish", lesson], lesson) == {**POINTS[lesson], "quiz_tests": 0}
 
 
 @pytest.mark.parametrize("lesson", [LESSON, "03-amp"])
 def test_a_warning_on_stderr_costs_nothing(graded_class, lesson):
     """nbgrader alone scores a test cell 0 when anything reached stderr: a correct answer that warned lost its points.
-    (The class's wrong_quiz submission of these lessons warns in other cells: those keep every point.)"""
-    assert graded_class.results["wrong_quiz", lesson].status == "graded"
-    assert _points(graded_class.rows["wrong_quiz", lesson], lesson) == {**POINTS[lesson], "quiz_tests": 0}
-    graded_notebook = (graded_class.root / "autograded" / "wrong_quiz" / lesson / f"{lesson}.ipynb").read_text()
+    (The class's wrong quiz of these lessons, its Turkish submission, warns in other cells: those keep every point.)"""
+    assert graded_class.results["turkish", lesson].status == "graded"
+    assert _points(graded_class.rows["turkish", lesson], lesson) == {**POINTS[lesson], "quiz_tests": 0}
+    graded_notebook = (graded_class.root / "autograded" / "turkish" / lesson / f"{lesson}.ipynb").read_text()
     assert "warnings do not change the grade" in graded_notebook, "the warning stays visible to the instructor"
 
 
@@ -124,18 +124,24 @@ def test_feedback_hides_the_hidden_tests(graded_class, lesson):
     hidden = [line.strip() for r in regions for line in r.splitlines() if len(line.strip()) > 15 and line.strip() not in public]
     visible = next(line.strip() for s in cells if "BEGIN HIDDEN" in s for line in s.splitlines() if line.startswith("assert"))
     assert hidden
-    for student in ("full", "blank", "wrong_quiz"):
+    from i18n.catalog import words
+
+    for student, lang in (("full", "en"), ("blank", "en"), ("turkish", "tr")):
         page = (root / "feedback" / student / lesson / f"{lesson}.html").read_text()
         text = html.unescape(re.sub(r"<[^>]+>", "", page))  # the code as a reader sees it
         lines = {line.strip() for line in text.splitlines()}
-        assert "Hidden tests ran here" in text
-        assert visible in lines, "visible tests stay visible"
+        assert words(lang)["notice"] in text
+        assert lang != "en" or visible in lines, "visible tests stay visible"  # (in Turkish, with Turkish messages)
         for line in hidden:
             assert line not in lines, line
-    wrong = (root / "feedback" / "wrong_quiz" / lesson / f"{lesson}.html").read_text()
-    # each section names its exercise and points (the wrong quiz fails, the rest passes)
-    assert "✗ quiz (2 points): A test in this cell failed" in wrong and "✓ " in wrong
-    assert "The tests in this cell passed." in wrong
+    wrong = html.unescape((root / "feedback" / "turkish" / lesson / f"{lesson}.html").read_text())
+    # each section names its exercise as the lesson does, and its points (the wrong quiz fails, the rest passes)
+    from graders import redact
+
+    said, quiz = words("tr"), redact.lesson_words(lesson, "tr")["names"]["quiz_tests"]
+    failed = said["failed"].format(label=said["points"].format(exercise=quiz, points=2), why="")
+    assert failed in wrong and "✓ " in wrong, failed
+    assert said["passed"].format(label="").split(":", 1)[1] in wrong
 
 
 def test_retries_share_one_time_limit(tmp_path, monkeypatch):
@@ -376,13 +382,25 @@ def test_demonstrations_ran_in_the_released_notebook_and_were_left_out_of_the_so
 @pytest.mark.parametrize("lesson", POINTS)
 def test_the_turkish_edition_is_graded_like_the_english_with_feedback_in_turkish(graded_class, lesson):
     """The Turkish solution (notebooks/tr's text, the same code: tests/test_edition.py) scores what the English
-    one scores, cell by cell, and its feedback page speaks Turkish, frame and verdicts."""
+    one scores, cell by cell, but for its wrong quiz (the class's wrong answer), and its feedback page speaks Turkish,
+    frame and verdicts."""
     rows = graded_class.rows
     assert graded_class.results["turkish", lesson].status == "graded"
-    assert _points(rows["turkish", lesson], lesson) == _points(rows["full", lesson], lesson) == POINTS[lesson]
+    assert _points(rows["turkish", lesson], lesson) == {**_points(rows["full", lesson], lesson), "quiz_tests": 0}
     page = (graded_class.root / "feedback" / "turkish" / lesson / f"{lesson}.html").read_text()
     assert "Bu hücredeki testler geçti" in page and "Gizli testler burada çalıştı" in page and "Puan: " in page
     assert "The tests in this cell passed" not in page and "Score: " not in page
+    from bs4 import BeautifulSoup
+    from graders import redact
+    from test_feedback_language import _english_sentences
+
+    soup = BeautifulSoup(page, "html.parser")
+    for element in [*soup(["style", "script"]), *soup.select(".input_area, .jp-InputArea-editor")]:
+        element.decompose()
+    text = " ".join(soup.get_text(" ").split())
+    for grade_id, name in redact.lesson_words(lesson, "tr")["names"].items():  # "Alıştırma 3 — ...", not dp_gradients
+        assert f"{'✗' if grade_id == 'quiz_tests' else '✓'} {name} (" in text, (grade_id, name)  # (its wrong quiz)
+    assert not sorted(s for s in _english_sentences(lesson, "tr") if s in text), "English on the Turkish page"
     english = (graded_class.root / "feedback" / "full" / lesson / f"{lesson}.html").read_text()
     assert "The tests in this cell passed" in english and "Bu hücredeki" not in english
 

@@ -64,7 +64,7 @@ def test_make_lab_opens_lesson_one_in_a_students_view(tmp_path):
     before = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
     with _served("lab", f"WORKSPACE={tmp_path / 'workspace'}") as base:  # not the developer's own workspace/
         shown = {item["name"] for item in _json(f"{base}/api/contents/")["content"]}
-        assert shown == {"01-dataparallel", "02-ddp", "03-amp", "04-accelerate-tpu", "tr"}, shown
+        assert shown == {"01-dataparallel", "02-ddp", "03-amp", "04-accelerate-tpu", "05-sharding", "tr"}, shown
         assert "01-dataparallel.ipynb" in {i["name"] for i in _json(f"{base}/api/contents/01-dataparallel")["content"]}
         assert "python3" in _json(f"{base}/api/kernelspecs")["kernelspecs"]
         with urllib.request.urlopen(f"{base}/", timeout=10) as r:

@@ -1,6 +1,8 @@
 """The course website (`make site`, website/build.py), built from the class's untouched submissions (the student
 notebooks, already executed by the grader) and opened in headless Chromium: every page loads, every figure
-shows, no link is broken, and no page shows a solution or a hidden test. The instructors' pages
+shows, no link is broken, and no page shows a solution or a hidden test. A Turkish page shows its own notebook's run
+(lesson 1's, run here as `make site` runs it: about 13 CPU-seconds; the others' Turkish pages are built without
+outputs), never the English run's. The instructors' pages
 (website/pages/) are in the navigation and linked, and outputs carry no machine paths (both also checked
 without the class, on a build of the pages alone)."""
 
@@ -38,17 +40,22 @@ EXTERNAL = {
 BADGES = {"https://colab.research.google.com/assets/colab-badge.svg", "https://kaggle.com/static/images/open-in-kaggle.svg"}
 
 
+TURKISH_RUN = "01-dataparallel"  # the lesson whose Turkish notebook the site's test runs (the cheapest to run)
+
+
 @pytest.fixture(scope="module")
 def built(graded_class, tmp_path_factory):
     executed = tmp_path_factory.mktemp("executed")
     for lesson in site.lessons():
         shutil.copy(graded_class.root / "autograded" / "blank" / lesson / f"{lesson}.ipynb", executed / f"{lesson}.ipynb")
+    (executed / "tr").mkdir()
+    nbformat.write(site.execute(TURKISH_RUN, "tr"), executed / "tr" / f"{TURKISH_RUN}.ipynb")
     out = tmp_path_factory.mktemp("site") / "html"
-    site.build(out, executed)
+    site.build(out, executed, run_missing=False)
     handler = functools.partial(QuietHandler, directory=str(out))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", out
+    yield f"http://127.0.0.1:{server.server_address[1]}", out, executed
     server.shutdown()
 
 
@@ -63,20 +70,72 @@ def _figures(nb) -> int:
 
 
 def test_pages_show_the_student_notebooks_outputs_and_nothing_of_the_solutions(built, graded_class):
-    _, out = built
+    _, out, _ = built
     for lesson in site.lessons():
-        html = (out / "lessons" / f"{lesson}.html").read_text()
         solution = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
-        released = "\n".join(c.source for c in site.page(lesson, None).cells)
-        for cell in solution.cells:
-            for block in re.findall(r"### BEGIN (?:SOLUTION|HIDDEN TESTS)\n(.*?)### END", cell.source, re.S):
-                for line in (l.strip() for l in block.splitlines()):
-                    if len(line) > 30 and line not in released:  # a line the student version has anyway is no secret
-                        assert html.find(line.replace("<", "&lt;")) == -1 and html.find(line) == -1, \
-                            f"{lesson} shows a secret line: {line}"
-        assert "BEGIN HIDDEN TESTS" not in html and "# [judge]" not in html
+        for lang, (prefix, _) in site.EDITIONS.items():
+            html = (out / prefix / "lessons" / f"{lesson}.html").read_text()
+            released = "\n".join(c.source for c in site.page(lesson, None, lang=lang).cells)
+            for cell in solution.cells:
+                for block in re.findall(r"### BEGIN (?:SOLUTION|HIDDEN TESTS)\n(.*?)### END", cell.source, re.S):
+                    for line in (l.strip() for l in block.splitlines()):
+                        if len(line) > 30 and line not in released:  # a line the student version has anyway is no secret
+                            assert html.find(line.replace("<", "&lt;")) == -1 and html.find(line) == -1, \
+                                f"{prefix}{lesson} shows a secret line: {line}"
+            assert "BEGIN HIDDEN TESTS" not in html and "# [judge]" not in html
         executed = nbformat.read(graded_class.root / "autograded" / "blank" / lesson / f"{lesson}.ipynb", as_version=4)
         assert _figures(site.page(lesson, executed)) > 0, f"{lesson}: its figures were not carried over"
+
+
+def _outputs(html: str) -> str:
+    """The text of a built lesson page's outputs (MyST-NB's cell_output blocks)."""
+    from bs4 import BeautifulSoup
+
+    return "\n".join(div.get_text() for div in BeautifulSoup(html, "html.parser").select("div.cell_output"))
+
+
+def _leading_words(literal: str) -> str:
+    """The text of a string literal before its first placeholder."""
+    import ast
+
+    node = ast.parse(f"(\n{literal}\n)", mode="eval").body
+    first = node if isinstance(node, ast.Constant) else node.values[0]
+    return first.value.strip() if isinstance(first, ast.Constant) and isinstance(first.value, str) else ""
+
+
+def _printed(lesson: str, lang: str) -> list[tuple[str, str]]:
+    """(English, translation) of the words before the first placeholder of each translated `print` message of the
+    lesson's code (i18n/<lang>/<lesson>.po), where the English is two words or more."""
+    import ast
+
+    from i18n import catalog
+
+    said = {(m.context, m.id): m.string for m in catalog.read(lang, lesson) if m.string and "fuzzy" not in m.flags}
+    found = []
+    for cell in catalog.source_notebook(lesson).cells:
+        code = catalog.visible_code(cell.source) if cell.cell_type == "code" else ""
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:  # a cell with its solution blanked out: the catalog takes no message of it either
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
+                found += [(_leading_words(english), _leading_words(said[cell.id, english]))
+                          for english in (ast.get_source_segment(code, arg) for arg in node.args) if (cell.id, english) in said]
+    return [(english, turkish) for english, turkish in found if len(english.split()) >= 2 and english != turkish]
+
+
+def test_a_turkish_lesson_page_shows_its_own_notebooks_outputs(built):
+    """The Turkish page of the lesson run in Turkish shows what its Turkish `print`s print, never the English run's
+    line under Turkish code ("rows per device:" under `print("cihaz başına satır:", ...)`)."""
+    _, out, _ = built
+    turkish = _outputs((out / "tr" / "lessons" / f"{TURKISH_RUN}.html").read_text())
+    english = _outputs((out / "lessons" / f"{TURKISH_RUN}.html").read_text())
+    pairs = _printed(TURKISH_RUN, "tr")
+    assert len(pairs) >= 5 and ("rows per device:", "cihaz başına satır:") in pairs, pairs
+    assert "rows per device:" in english and [e for e, _ in pairs if e in turkish] == [], "English lines on the Turkish page"
+    missing = [t for e, t in pairs if e in english and t not in turkish]
+    assert not missing, f"the Turkish page lacks its run's lines {missing}"
 
 
 @pytest.mark.skipif(CHROMIUM is None and not IN_CI, reason=NO_CHROMIUM)
@@ -85,7 +144,7 @@ def test_every_page_loads_every_figure_shows_and_no_link_is_broken(built, graded
         pytest.fail(f"{NO_CHROMIUM}; in CI it must run: `make browser`, which make test runs first, said why not")
     from playwright.sync_api import sync_playwright
 
-    base, out = built
+    base, out, executed_folder = built
     lessons = site.lessons()
     pages = [f"{prefix}{path}" for prefix, _ in site.EDITIONS.values()
              for path in ["index.html", *(f"lessons/{lesson}.html" for lesson in lessons), *(f"{n}.html" for n in site.PAGES)]]
@@ -111,8 +170,8 @@ def test_every_page_loads_every_figure_shows_and_no_link_is_broken(built, graded
                 assert switch == [[o, f"{base}/{prefix}{same_page}"] for o, prefix in other], f"{path}: language switch {switch}"
                 if "lessons/" in path:
                     lesson = Path(path).stem
-                    executed = nbformat.read(graded_class.root / "autograded" / "blank" / lesson / f"{lesson}.ipynb",
-                                             as_version=4)
+                    ran = executed_folder / site.EDITIONS[lang][0] / f"{lesson}.ipynb"
+                    executed = nbformat.read(ran, as_version=4) if ran.is_file() else None
                     figures = [i for i in local if "/_images/" in i["src"]]
                     assert len(figures) == _figures(site.page(lesson, executed, lang=lang)), \
                         f"{path}: not every figure is on the page"
@@ -230,6 +289,55 @@ def test_a_progress_bar_shows_as_its_last_state_and_rank_lines_as_one_block():
     shown = next(c for c in site.page("02-ddp", executed).cells if c.get("id") == cell.get("id"))
     assert [o.output_type for o in shown.outputs] == ["stream"], shown.outputs
     assert shown.outputs[0].text == f"training: 100%|{'█' * 20}| 30/30 [00:02<00:00, 12.3step/s]\n[rank0]: a\n[rank1]: b\n"
+
+
+def _ran(nb, text: str):
+    """A copy of released notebook `nb` as if run: each explanation cell printed `text`."""
+    nb = nbformat.from_dict(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and not release.is_exercise_cell(cell):
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    return nb
+
+
+def test_an_editions_page_shows_only_its_own_runs_outputs():
+    """A Turkish page takes its outputs from a run of the Turkish notebook, cell by cell where the cell ran as the
+    page shows it; an English run (its lines in English, its helpers speaking English) is refused."""
+    lesson = "01-dataparallel"
+    english = nbformat.read(site.released(lesson), as_version=4)
+    turkish = nbformat.read(site.released(lesson, "tr"), as_version=4)
+    with pytest.raises(ValueError, match="'en' edition"):
+        site.page(lesson, _ran(english, "rows per device: [2, 2, 2]\n"), lang="tr")
+    with pytest.raises(ValueError, match="'tr' edition"):
+        site.page(lesson, _ran(turkish, "cihaz başına satır: [2, 2, 2]\n"), lang="en")
+    shown = [o.text for c in site.page(lesson, _ran(turkish, "cihaz başına satır: [2, 2, 2]\n"), lang="tr").cells
+             if c.cell_type == "code" for o in c.outputs]
+    assert len(shown) > 10 and set(shown) == {"cihaz başına satır: [2, 2, 2]\n"}
+    changed = _ran(turkish, "x\n")
+    cell = next(c for c in changed.cells if 'print("cihaz başına satır:"' in c.source)
+    cell.source += "\n# edited after the run"
+    assert next(c for c in site.page(lesson, changed, lang="tr").cells if c.get("id") == cell.get("id")).outputs == []
+
+
+def test_the_site_runs_each_editions_notebook_it_was_not_given(tmp_path, monkeypatch):
+    """build: an edition's run from executed/<prefix><lesson>.ipynb, else run here (`make site`), or, not
+    `run_missing`, no outputs; never another edition's run."""
+    lesson = "01-dataparallel"
+    (tmp_path / "executed").mkdir()
+    nbformat.write(_ran(nbformat.read(site.released(lesson), as_version=4), "ran\n"),
+                   tmp_path / "executed" / f"{lesson}.ipynb")
+    runs, pages = [], {}
+    monkeypatch.setattr(site, "execute", lambda name, lang="en": runs.append((name, lang)) or
+                        _ran(nbformat.read(site.released(name, lang), as_version=4), f"{lang} run\n"))
+    monkeypatch.setattr(site, "_build_edition", lambda out, names, ran, lang: pages.update(
+        {lang: {name: site.page(name, ran[name], lang=lang) for name in names}}))
+    site.build(tmp_path / "out", tmp_path / "executed", names=[lesson])
+    assert runs == [(lesson, "tr")]
+    outputs = {lang: {o.text for c in nb[lesson].cells if c.cell_type == "code" for o in c.outputs} for lang, nb in pages.items()}
+    assert outputs == {"en": {"ran\n"}, "tr": {"tr run\n"}}
+    runs.clear()
+    site.build(tmp_path / "out", tmp_path / "executed", names=[lesson], run_missing=False)
+    assert runs == [] and not any(c.get("outputs") for c in pages["tr"][lesson].cells)
 
 
 def _static_links(out: Path, path: str) -> set[str]:

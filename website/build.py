@@ -6,9 +6,11 @@ Sphinx with MyST-NB: MyST-NB renders a notebook's stored outputs, figures includ
 Sphinx ties into one site with navigation, search and a landing page, and the same build can take
 Markdown pages. (Jupyter Book 2 is a Node.js application, a second toolchain for the same result.)
 
-Each page is a lesson's *student* notebook (notebooks/, never solutions or hidden tests) with the outputs
-of its explanation cells: run here, or taken from FOLDER/<lesson>.ipynb, the same notebook already
-executed (make test reuses the graded class's untouched submissions, so the site costs no extra run).
+Each page is a lesson's *student* notebook (notebooks/, never solutions or hidden tests) in its edition (English at
+the site's root, notebooks/<lang>/ under <lang>/) with the outputs of its explanation cells from a run of that same
+notebook: run here, or taken from FOLDER/<lesson>.ipynb (English) and FOLDER/<lang>/<lesson>.ipynb, the same
+notebook already executed (make test reuses the graded class's untouched English submissions). An edition's page
+shows only its own run's outputs: the Turkish code prints Turkish, and the helpers speak the notebook's language.
 Exercise and check cells are shown without outputs: unsolved, they only show their own errors. Outputs carry
 no machine paths (machine_paths_removed): tracebacks show repository-relative paths, `site-packages/`, `/tmp/…`
 and `~` instead of the build machine's folders. The landing page lists the lessons (from the README),
@@ -39,7 +41,8 @@ PAGES = ("instructors", "grading-security", "cluster", "hardware", "development"
 TITLE = "Training on many devices with PyTorch"
 REPOSITORY = "https://github.com/multi-device-course/pytorch-multi-device-course"
 # Estimates, exercises included, for a reader who knows a PyTorch training loop (not measured).
-STUDY_TIME = {"01-dataparallel": "1–1.5 h", "02-ddp": "2–3 h", "03-amp": "1–1.5 h", "04-accelerate-tpu": "2–3 h"}
+STUDY_TIME = {"01-dataparallel": "1–1.5 h", "02-ddp": "2–3 h", "03-amp": "1–1.5 h", "04-accelerate-tpu": "2–3 h",
+              "05-sharding": "1.5–2 h"}
 
 
 def lessons() -> list[str]:
@@ -91,20 +94,30 @@ def _output_without_machine_paths(output: dict, root: Path | str = REPO) -> nbfo
     return output
 
 
+def released(lesson: str, lang: str = "en") -> Path:
+    """A lesson's student notebook in edition `lang` (notebooks/, notebooks/<lang>/)."""
+    return REPO / "notebooks" / ("" if lang == "en" else lang) / lesson / f"{lesson}.ipynb"
+
+
+def edition_of(nb) -> str:
+    """The edition a notebook is (the metadata i18n/catalog.py's translate writes), English without it."""
+    return nb.metadata.get("course_edition") or "en"
+
+
 def page(lesson: str, executed: nbformat.NotebookNode | None, root: Path | str = REPO,
          lang: str = "en") -> nbformat.NotebookNode:
-    """The released notebook (of edition `lang`) with the outputs of its explanation cells (matched by cell id:
-    the English run's outputs, where that cell's English code ran unchanged), without the paths of the machine
-    that ran them (`root`: the repository there)."""
-    english = nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
-    nb = english if lang == "en" else nbformat.read(REPO / "notebooks" / lang / lesson / f"{lesson}.ipynb", as_version=4)
+    """The released notebook of edition `lang` with the outputs of its explanation cells from `executed`, a run of
+    that edition's notebook (matched by cell id, where the cell ran as released), without the paths of the machine
+    that ran them (`root`: the repository there). Another edition's run is refused: its outputs are in its words."""
+    nb = nbformat.read(released(lesson, lang), as_version=4)
+    if executed is not None and edition_of(executed) != lang:
+        raise ValueError(f"{lesson}: a run of the {edition_of(executed)!r} edition cannot give the {lang!r} page its outputs")
     outputs = {c.get("id"): c for c in executed.cells} if executed is not None else {}
-    sources = {c.get("id"): c.source for c in english.cells}
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         ran = outputs.get(cell.get("id"))
-        if ran is None or is_exercise_cell(cell) or ran.source != sources.get(cell.get("id")):
+        if ran is None or is_exercise_cell(cell) or ran.source != cell.source:
             cell.outputs, cell.execution_count = [], None
         else:
             shown = _coalesced(_static_widgets(ran.outputs, widget_state(executed)))
@@ -163,11 +176,12 @@ def _text(output) -> str:
     return "".join(output["text"]) if isinstance(output["text"], list) else output["text"]
 
 
-def execute(lesson: str) -> nbformat.NotebookNode:
+def execute(lesson: str, lang: str = "en") -> nbformat.NotebookNode:
+    """The lesson's student notebook of edition `lang`, run top to bottom (an error does not stop it)."""
     from jupyter_client import KernelManager
     from nbclient import NotebookClient
 
-    nb = nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+    nb = nbformat.read(released(lesson, lang), as_version=4)
     with tempfile.TemporaryDirectory() as scratch:  # what the lesson writes stays out of the checkout
         # on unix sockets: a kernel on TCP warns that it is unencrypted; shut down here, or it warns its parent left
         kernel = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(scratch, "kernel"))
@@ -249,21 +263,26 @@ LANGUAGE_SWITCH = """{%- set root = '../' * pagename.count('/') + ('../' if lang
 """
 
 
-def build(out: Path, executed: Path | None = None, names: list[str] | None = None) -> Path:
+def build(out: Path, executed: Path | None = None, names: list[str] | None = None, run_missing: bool = True) -> Path:
     """The site in `out`: for each edition (English at the root, the others under <lang>/) the lessons `names`
-    (all by default), the landing page and the instructors' pages."""
+    (all by default), the landing page and the instructors' pages. A lesson's outputs come from
+    executed/<lang prefix><lesson>.ipynb, or from a run of the edition's notebook here (not `run_missing`: none)."""
     names = lessons() if names is None else names
-    ran = {}
-    for name in names:
-        if executed is not None:
-            ran[name] = nbformat.read(executed / f"{name}.ipynb", as_version=4)
-        else:
-            print(f"running {name} for its outputs", flush=True)
-            ran[name] = execute(name)
+    ran = {lang: {} for lang in EDITIONS}
+    for lang, (prefix, _) in EDITIONS.items():
+        for name in names:
+            path = executed / prefix / f"{name}.ipynb" if executed is not None else None
+            if path is not None and path.is_file():
+                ran[lang][name] = nbformat.read(path, as_version=4)
+            elif run_missing:
+                print(f"running {prefix}{name} for its outputs", flush=True)
+                ran[lang][name] = execute(name, lang)
+            else:
+                ran[lang][name] = None
     if out.exists():
         shutil.rmtree(out)
     for lang in EDITIONS:
-        _build_edition(out / EDITIONS[lang][0], names, ran, lang)
+        _build_edition(out / EDITIONS[lang][0], names, ran[lang], lang)
     return out / "index.html"
 
 
@@ -290,7 +309,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO / "build" / "site")
     parser.add_argument("--executed", type=Path, default=None,
-                        help="a folder of the lessons' notebooks, already executed (<lesson>.ipynb)")
+                        help="a folder of the lessons' notebooks, already executed (<lesson>.ipynb, <lang>/<lesson>.ipynb;"
+                             " one it lacks is run)")
     args = parser.parse_args(argv)
     index = build(args.out.resolve(), args.executed)
     print(f"built {index}")

@@ -1,0 +1,291 @@
+"""The helpers' messages in each edition's language, {language: {English: translation}}: written by
+`make release` from i18n/<lang>/helpers.po (i18n/catalog.py); edit the catalogs, not this file."""
+
+CATALOGS = {
+    'tr': {
+        'saved to {folder}: {files}':
+            '{folder} klasörüne kaydedildi: {files}',
+        'with a TPU, {name} is not known to leave Accelerate and torch_xla on it':
+            "TPU varken {name} değişkeninin Accelerate'i ve torch_xla'yı TPU'da bıraktığı bilinmiyor",
+        'with a TPU, {name}={value} keeps Accelerate or torch_xla off it':
+            "TPU varken {name}={value}, Accelerate'i ya da torch_xla'yı TPU'dan uzak tutar",
+        'scatter':
+            'dağıtma (scatter)',
+        'replicate':
+            'çoğaltma (replicate)',
+        'forward':
+            'ileri geçiş',
+        'gather':
+            'toplama (gather)',
+        'backward':
+            'geriye yayılım',
+        "the model's inputs were not tensors":
+            'modelin girdileri tensör değildi',
+        "the model ran more than once on one device's rows: run it once per device":
+            'model bir cihazın satırları üzerinde birden çok kez çalıştı: her cihaz için bir kez çalıştırınız',
+        "the model ran on rows that are no device's piece: split the batch as DataParallel does (contiguous pieces, torch's chunk rule)":
+            "model hiçbir cihazın parçası olmayan satırlar üzerinde çalıştı: yığını DataParallel'in yaptığı gibi bölünüz (ardışık parçalar, torch'un chunk kuralı)",
+        "the model never ran on some device's rows: run it once on each device's piece":
+            'model bazı cihazların satırları üzerinde hiç çalışmadı: her cihazın parçası üzerinde bir kez çalıştırınız',
+        "work out the rule yourself: torch.chunk and the course's split helpers are off limits here":
+            'kuralı kendiniz bulunuz: torch.chunk ve kursun bölme yardımcıları burada yasaktır',
+        'real nn.DataParallel on CUDA devices {ids}':
+            '{ids} CUDA cihazlarında gerçek nn.DataParallel',
+        'emulated nn.DataParallel on {n} virtual CPU devices':
+            '{n} sanal CPU cihazında öykünülmüş nn.DataParallel',
+        'rank {rank}: make_loader returned a {loader}, not a DataLoader':
+            'rank {rank}: make_loader bir DataLoader değil, bir {loader} döndürdü',
+        'rank {rank}: a batch of {size} samples, more than batch_size={batch_size}':
+            'rank {rank}: {size} örneklik bir yığın, batch_size={batch_size} değerinden fazla',
+        "rank {rank}: a batch holds a {kind}, not the dataset's tensors":
+            'rank {rank}: bir yığında veri kümesinin tensörleri değil, bir {kind} var',
+        'rank {rank} sees a sample twice in one epoch':
+            'rank {rank} bir epoch içinde bir örneği iki kez görüyor',
+        'the ranks get different numbers of samples ({counts}): their gradients would not weigh alike':
+            "rank'lar farklı sayıda örnek alıyor ({counts}): gradyanları eşit ağırlıkta olmaz",
+        'each rank gets {count} of the {n_samples} samples over {world_size} ranks: every rank must get the same share, n_samples / world_size rounded up':
+            "{world_size} rank'a dağıtılan {n_samples} örneğin {count} tanesini her rank alıyor: her rank aynı payı, yukarı yuvarlanmış n_samples / world_size kadarını almalıdır",
+        '{batches} batches per rank: expected the batches of {share} samples at batch_size={batch_size}':
+            'rank başına {batches} yığın: batch_size={batch_size} ile {share} örneğin yığınları bekleniyordu',
+        'samples on no rank: {missing} of the {n_samples}':
+            "hiçbir rank'ta olmayan örnekler: {n_samples} örnekten {missing} tanesi",
+        'rank 0 did not write the checkpoint':
+            'rank 0 denetim noktasını yazmadı',
+        'ranks {writers} all wrote the checkpoint: only rank 0 may write it (the others race it for the same file)':
+            "{writers} rank'larının hepsi denetim noktasını yazdı: yalnızca rank 0 yazabilir (diğerleri aynı dosya için onunla yarışır)",
+        'what the checkpoint holds':
+            'denetim noktasının içeriği',
+        'a plain model cannot load it (save the model inside DDP)':
+            "düz bir model onu yükleyemez (DDP'nin içindeki modeli kaydediniz)",
+        'rank {rank} loaded weights that differ from the trained ones':
+            'rank {rank} eğitilenlerden farklı ağırlıklar yükledi',
+        "rank {rank}'s weights changed while it saved: saving must leave the model as it is":
+            'rank {rank} kaydederken ağırlıkları değişti: kaydetmek modeli olduğu gibi bırakmalıdır',
+        '{what} is a {kind}, not a state dict of tensors':
+            '{what} tensörlerden oluşan bir durum sözlüğü değil, bir {kind}',
+        "the keys of {what} start with 'module.': {hint}":
+            "{what} anahtarları 'module.' ile başlıyor: {hint}",
+        "the keys of {what} are not the model's state dict keys":
+            '{what} anahtarları modelin durum sözlüğü anahtarları değil',
+        'the file is not a plain state dict of tensors':
+            'dosya tensörlerden oluşan düz bir durum sözlüğü değil',
+        'a rank read the file before rank 0 had finished writing it':
+            'bir rank dosyayı, rank 0 yazmayı bitirmeden okudu',
+        'a rank waited for a partner that never came (a barrier that not every rank reaches?)':
+            "bir rank hiç gelmeyen bir ortağı bekledi (her rank'ın ulaşmadığı bir bariyer mi?)",
+        'its traceback names no line of your code':
+            'hata izi kodunuzun hiçbir satırını göstermiyor',
+        'rank {rank} failed: {line} ({hint})':
+            'rank {rank} başarısız oldu: {line} ({hint})',
+        'raised in {function}: {code}':
+            '{function} içinde yükseltildi: {code}',
+        "return a dict with the keys 'state' and 'mean_loss' (and no others)":
+            "'state' ve 'mean_loss' anahtarlı bir sözlük döndürünüz (başka anahtar olmadan)",
+        "the returned 'state'":
+            "döndürülen 'state'",
+        'return the clean state dict of the model inside DDP':
+            "DDP'nin içindeki modelin temiz durum sözlüğünü döndürünüz",
+        'the ranks end with different weights: are the gradients averaged (the model wrapped in DDP)?':
+            "rank'lar farklı ağırlıklarla bitiyor: gradyanların ortalaması alınıyor mu (model DDP'ye sarılı mı)?",
+        'the weights equal a run that never calls set_epoch: call sampler.set_epoch(epoch) every epoch':
+            "ağırlıklar set_epoch'u hiç çağırmayan bir çalıştırmanınkine eşit: her epoch'ta örnekleyicinin set_epoch'unu çağırınız (sampler.set_epoch(epoch))",
+        'the weights differ from one process trained on the same global batches: check the sampler, the batch size, the learning rate, zero_grad, the loss and set_epoch (the same epoch on every rank, numbered from 0 or from 1)':
+            "ağırlıklar, aynı global yığınlarla eğitilen tek bir süreçtekilerden farklı: örnekleyiciyi, yığın boyutunu, öğrenme oranını, zero_grad'i, kaybı ve set_epoch'u (her rank'ta aynı epoch, 0'dan ya da 1'den numaralanmış) denetleyiniz",
+        'mean_loss must be a float, got {kind}':
+            'mean_loss bir float olmalıdır, gelen: {kind}',
+        'mean_loss is not a finite number':
+            'mean_loss sonlu bir sayı değil',
+        'the ranks return different mean_loss values: all-reduce the loss':
+            "rank'lar farklı mean_loss değerleri döndürüyor: kaybı all-reduce ediniz",
+        "mean_loss is not the mean over the ranks of the last batch's loss":
+            "mean_loss, son yığının kaybının rank'lar üzerinden ortalaması değil",
+        'expected a result from each of the {world_size} ranks':
+            "{world_size} rank'ın her birinden bir sonuç bekleniyordu",
+        'step 5: rank {rank} was still in the process group when the worker returned: leave it (dist.destroy_process_group())':
+            'adım 5: işçi döndüğünde rank {rank} hâlâ süreç grubundaydı: gruptan çıkınız (dist.destroy_process_group())',
+        '{steps} steps, last mean loss {loss:.4f}':
+            '{steps} adım, son ortalama kayıp {loss:.4f}',
+        'rank {rank} of {world_size}, process {pid}':
+            "{world_size} rank'tan rank {rank}, süreç {pid}",
+        'the process exited with code {code}:':
+            'süreç {code} koduyla çıktı:',
+        'in the fresh process:':
+            'yeni süreçte:',
+        'yes':
+            'var',
+        'no':
+            'yok',
+        '{name} (sm {cc}, fp16 tensor cores {fp16}, bf16 {bf16})':
+            '{name} (sm {cc}, fp16 tensör çekirdekleri {fp16}, bf16 {bf16})',
+        'native':
+            'donanımda (native)',
+        'emulated':
+            'öykünülmüş (emulated)',
+        '1 chip':
+            '1 çip',
+        '{n} chips':
+            '{n} çip',
+        '1 XLA device':
+            '1 XLA cihazı',
+        '{n} XLA devices':
+            '{n} XLA cihazı',
+        'real nn.DataParallel over {n} GPUs':
+            '{n} GPU üzerinde gerçek nn.DataParallel',
+        'emulated nn.DataParallel (virtual devices on the CPU)':
+            "öykünülmüş nn.DataParallel (CPU'da sanal cihazlar)",
+        'nccl, one GPU per process ({n} processes)':
+            'nccl, süreç başına bir GPU ({n} süreç)',
+        '; 1 GPU cannot give each rank its own':
+            "; 1 GPU her rank'a kendi GPU'sunu veremez",
+        '; {n} GPUs cannot give each rank its own':
+            "; {n} GPU her rank'a kendi GPU'sunu veremez",
+        'gloo, CPU processes ({n} processes, {threads} threads each{why})':
+            'gloo, CPU süreçleri ({n} süreç, her biri {threads} iş parçacıklı{why})',
+        ', but torch_xla is missing':
+            ', ama torch_xla kurulu değil',
+        'no TPU: XLA:CPU with {n} virtual devices (PJRT_DEVICE=CPU)':
+            'TPU yok: {n} sanal cihazlı XLA:CPU (PJRT_DEVICE=CPU)',
+        'torch_xla not installed':
+            'torch_xla kurulu değil',
+        'bf16 on the CPU: fast only with bf16 units (AMX, AVX-512-BF16); measure':
+            "CPU'da bf16: yalnızca bf16 birimleriyle (AMX, AVX-512-BF16) hızlıdır; ölçünüz",
+        'bf16 on cuda:0 ({name}): compute capability unknown (bf16 tensor cores need 8.0, Ampere, or newer)':
+            'cuda:0 üzerinde bf16 ({name}): compute capability bilinmiyor (bf16 tensör çekirdekleri 8.0, Ampere ya da daha yenisini ister)',
+        'bf16 on cuda:0 ({name}, sm {cc}): native (bf16 tensor cores)':
+            'cuda:0 üzerinde bf16 ({name}, sm {cc}): donanımda (bf16 tensör çekirdekleri)',
+        'bf16 on cuda:0 ({name}, sm {cc}): EMULATED. torch.cuda.is_bf16_supported() says True, but this GPU has no bf16 tensor cores (they start at sm 8.0): bf16 runs without tensor-core speed. Its fast format is fp16, with a GradScaler.':
+            "cuda:0 üzerinde bf16 ({name}, sm {cc}): ÖYKÜNÜLMÜŞ (EMULATED). torch.cuda.is_bf16_supported() True diyor, ama bu GPU'da bf16 tensör çekirdekleri yok (sm 8.0 ile başlarlar): bf16, tensör çekirdeği hızı olmadan çalışır. Bu GPU'nun hızlı biçimi, GradScaler ile fp16'dır.",
+        'none':
+            'yok',
+        'local machine':
+            'yerel makine',
+        'torch {version} on a {runtime}':
+            'torch {version}, {runtime} üzerinde',
+        'CPU cores : {n}':
+            'CPU çekirdekleri: {n}',
+        'CUDA GPUs : {n} ({gpus})':
+            "CUDA GPU'ları: {n} ({gpus})",
+        'rank {rank} failed:':
+            'rank {rank} başarısız oldu:',
+        "no result from ranks {ranks} before the launch's deadline (a rank may be stuck)":
+            "başlatmanın süre sınırından önce {ranks} rank'larından sonuç gelmedi (bir rank takılmış olabilir)",
+        "no result from rank {ranks} before the launch's deadline (a rank may be stuck)":
+            'başlatmanın süre sınırından önce rank {ranks} sonuç vermedi (takılmış olabilir)',
+        'the process was killed by {name} (exit code {exitcode}) without a result':
+            'süreç, sonuç vermeden {name} ile sonlandırıldı (çıkış kodu {exitcode})',
+        'the process exited with code {exitcode} without a result':
+            'süreç, sonuç vermeden {exitcode} koduyla çıktı',
+        '{n} ranks':
+            '{n} rank',
+        '(then rank {rank} failed: {line})':
+            '(ardından rank {rank} başarısız oldu: {line})',
+        '(then rank {rank} lost its connection to rank {other})':
+            '(ardından rank {rank}, rank {other} ile bağlantısını kaybetti)',
+        'parameters':
+            'parametreler',
+        'gradients':
+            'gradyanlar',
+        'flattened gradients':
+            'düzleştirilmiş gradyanlar',
+        'reduced gradients':
+            'indirgenmiş gradyanlar',
+        'optimizer state':
+            'optimizer durumu',
+        'activations':
+            'aktivasyonlar',
+        'inputs':
+            'girdiler',
+        'outputs':
+            'çıktılar',
+        'gathered outputs':
+            'toplanmış çıktılar',
+        'loss':
+            'kayıp',
+        'emulated on CPU (ledger of the tensors each virtual device holds)':
+            "CPU'da öykünülmüş (her sanal cihazın tuttuğu tensörlerin defteri)",
+        "measured on CUDA (torch.cuda.max_memory_allocated per device, including cuBLAS's workspace: 8 MiB, 32 MiB on Hopper)":
+            "CUDA'da ölçülmüş (cihaz başına torch.cuda.max_memory_allocated, cuBLAS'ın çalışma alanı dahil: 8 MiB, Hopper'da 32 MiB)",
+        'total':
+            'toplam',
+        'device {i}':
+            'cihaz {i}',
+        'bytes per device, {source}':
+            'cihaz başına bayt, {source}',
+        'no rows: no replica':
+            'satır yok: kopya yok',
+        'sample index in the batch':
+            'örneğin yığındaki sırası',
+        'batch of {batch_size} over {n_devices} devices: {sizes}':
+            '{batch_size} örneklik yığın, {n_devices} cihaza: {sizes}',
+        'memory per device':
+            'cihaz başına bellek',
+        "share of the step's time":
+            'adımın süresindeki pay',
+        'step':
+            'adım',
+        'max {largest}, eps {eps}':
+            'en büyük {largest}, eps {eps}',
+        'log2 of the magnitude (light: subnormals, dark: normal numbers)':
+            "büyüklüğün log2'si (açık: alt normal sayılar, koyu: normal sayılar)",
+        'loss scale':
+            'kayıp ölçeği',
+        'step skipped (inf/nan)':
+            'atlanan adım (inf/nan)',
+        'scale':
+            'ölçek',
+        'The self-check needs a checkout of the course, with its grader: download this notebook (File > Download), then in a clone of the course run `make check NOTEBOOK=<the file>`.':
+            'Öz denetim, kursun notlandırıcısıyla birlikte bir kopyasını (checkout) ister: bu not defterini indiriniz (File > Download), sonra kursun bir klonunda `make check NOTEBOOK=<dosya>` çalıştırınız.',
+        "Which notebook? Save it, then call selfcheck.check('<its path>').":
+            "Hangi not defteri? Kaydediniz, sonra selfcheck.check('<yolu>') çağırınız.",
+        'grading {path} as last saved (save first if you changed it): a minute or two...':
+            '{path} son kaydedildiği hâliyle notlandırılıyor (değiştirdiyseniz önce kaydediniz): bir iki dakika...',
+        'TorchTPU needs Python{needs}, and this runtime has Python {python}: TorchTPU cannot run here.':
+            'TorchTPU, Python{needs} ister; bu çalışma ortamında Python {python} var: TorchTPU burada çalışamaz.',
+        'torch_tpu {version} is installed, but it':
+            'torch_tpu {version} kurulu, ama o',
+        "{who} needs torch{needs}, and this runtime has torch {torch}: TorchTPU cannot run with this torch (installing {name} would replace it; the kernel's torch stays as it is).":
+            "{who} torch{needs} ister; bu çalışma ortamında torch {torch} var: TorchTPU bu torch ile çalışamaz ({name} kurmak onu değiştirirdi; çekirdeğin torch'u olduğu gibi kalır).",
+        'torch_tpu is not installed. TorchTPU {version} supports this runtime\'s torch {torch}: install it, keeping this torch, with\n    pip install "{name}=={version}" "torch=={public}"\nthen restart the kernel and run the lesson again.':
+            'torch_tpu kurulu değil. TorchTPU {version}, bu çalışma ortamının torch {torch} sürümünü destekler: bu torch\'u koruyarak şununla kurunuz:\n    pip install "{name}=={version}" "torch=={public}"\nsonra çekirdeği yeniden başlatınız ve dersi yeniden çalıştırınız.',
+        'torch_tpu {version} needs libtpu{needs}, and this runtime has {libtpu}: pip install "libtpu{needs}", then restart the kernel.':
+            'torch_tpu {version}, libtpu{needs} ister; bu çalışma ortamında {libtpu} var: pip install "libtpu{needs}" çalıştırınız, sonra çekirdeği yeniden başlatınız.',
+        'no libtpu':
+            'libtpu yok',
+        'torch_xla is installed: Part B runs on XLA:CPU':
+            'torch_xla kurulu: B bölümü XLA:CPU üzerinde çalışır',
+        'torch_xla is not installed either: Part B says so where it cannot run':
+            'torch_xla da kurulu değil: B bölümü çalışamadığı yerde bunu söyler',
+        'No TPU here (none on the PCI bus, no /dev/accel* or /dev/vfio device): TorchTPU needs one, so its step is skipped. {part_b}.':
+            'Burada TPU yok (PCI veri yolunda yok, /dev/accel* ya da /dev/vfio aygıtı yok): TorchTPU bir TPU ister, bu yüzden onun adımı atlanır. {part_b}.',
+        '{tpu}, torch_tpu {version} with torch {torch} and libtpu {libtpu}: the TorchTPU step runs on device "tpu".':
+            '{tpu}, torch {torch} ve libtpu {libtpu} ile torch_tpu {version}: TorchTPU adımı "tpu" cihazında çalışır.',
+        '{tpu}: {problem} The TPU runs Part B through torch_xla {xla}.':
+            '{tpu}: {problem} TPU, B bölümünü torch_xla {xla} üzerinden çalıştırır.',
+        '{tpu}: {problem} torch_xla is not installed either.':
+            '{tpu}: {problem} torch_xla da kurulu değil.',
+        'training':
+            'eğitim',
+        'This runtime has torch {version}, older than the course supports (torch {low} to {high}): some cells may fail. Use a newer runtime, or pip install "{requirement}" and restart the kernel.':
+            'Bu çalışma ortamında torch {version} var; kursun desteklediğinden (torch {low} - {high}) eski: bazı hücreler başarısız olabilir. Daha yeni bir çalışma ortamı kullanınız ya da pip install "{requirement}" çalıştırıp çekirdeği yeniden başlatınız.',
+        'This runtime has torch {version}, newer than the newest the course is tested with (torch {low} to {high}): it should work; if a cell fails, please report it with the output of `python -m helpers.hw_check`.':
+            'Bu çalışma ortamında torch {version} var; kursun test edildiği en yeni sürümden (torch {low} - {high}) daha yeni: çalışması beklenir; bir hücre başarısız olursa lütfen `python -m helpers.hw_check` çıktısıyla bildiriniz.',
+        'torch_xla {xla} does not match torch {version} (torch_xla X.Y runs with torch X.Y only): the XLA cells will fail. {hint}':
+            'torch_xla {xla}, torch {version} ile uyuşmuyor (torch_xla X.Y yalnızca torch X.Y ile çalışır): XLA hücreleri başarısız olacak. {hint}',
+        'torch_xla has wheels for Linux x86-64 only, not {machine}':
+            "torch_xla'nın wheel paketleri yalnızca Linux x86-64 için var, {machine} için yok",
+        "torch_xla has no wheel for torch {wanted} (it exists for torch {low} to {high}, matching torch's minor)":
+            "torch {wanted} için torch_xla wheel paketi yok (torch {low} - {high} için, torch'un ara sürümüne uyan paketler var)",
+        'torch_xla {wanted} has wheels for Python {oldest} to {newest}, not {python}':
+            'torch_xla {wanted} wheel paketleri Python {oldest} - {newest} için var, {python} için yok',
+        'Install the matching one: pip install "{requirement}"':
+            'Uyan sürümü kurunuz: pip install "{requirement}"',
+        'torch_xla is not installed, and {why_not}: part B (XLA) will say it cannot run here; the rest runs.':
+            'torch_xla kurulu değil ve {why_not}: B bölümü (XLA) burada çalışamayacağını söyleyecek; geri kalanı çalışır.',
+        'torch_xla is not installed. Part B (XLA) needs it: set INSTALL_TORCH_XLA = True in this cell and run it again, or run\n    pip install "{requirement}"\n(it matches this runtime\'s torch {version}, which stays as it is).':
+            'torch_xla kurulu değil. B bölümü (XLA) ona ihtiyaç duyar: bu hücrede INSTALL_TORCH_XLA = True yapıp hücreyi yeniden çalıştırınız ya da şunu çalıştırınız:\n    pip install "{requirement}"\n(bu çalışma ortamının torch {version} sürümüne uyar; o sürüm olduğu gibi kalır).',
+        'installing {requirement} (matching torch {version}) ...':
+            '{requirement} kuruluyor (torch {version} ile uyumlu) ...',
+        'failed:':
+            'başarısız oldu:',
+    },
+}
