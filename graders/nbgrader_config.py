@@ -17,6 +17,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from graders.edition_cells import OverwriteCellsInEdition  # noqa: E402
 from graders.execute import CheckCanaries, CrashSafeExecute, JoinHiddenParts, PrepareCells  # noqa: E402
 from graders.gate import GradingPipelineOnly, refuse_autograde_app, refuse_outside_the_pipeline  # noqa: E402
 from graders.hidden_runs import HiddenRuns, HoldHiddenTests  # noqa: E402
@@ -47,8 +48,12 @@ c.GenerateAssignment.preprocessors = GenerateAssignment.class_traits()["preproce
 # edition's stub says it in Turkish (i18n/catalog.py translates it from i18n/tr/feedback.po).
 c.ClearSolutions.code_stub = {"python": unsolved_stub(ENGLISH["unsolved"])}
 
-# A student who deletes a test cell gets it back from the gradebook instead of escaping it.
+# A student who deletes a test cell gets it back from the gradebook instead of escaping it; the locked cells come
+# back in the submission's edition (graders/edition_cells.py: a Turkish submission runs its checks in Turkish).
 c.OverwriteCells.add_missing_cells = True
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput", "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec", OverwriteCellsInEdition, "nbgrader.preprocessors.CheckCellMetadata"]
 
 # Each cell of a submission may run this long; an infinite loop then fails one cell, not the batch.
 c.Execute.timeout = int(os.environ.get("GRADER_CELL_TIMEOUT", "300"))

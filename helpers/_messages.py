@@ -239,6 +239,30 @@ CATALOGS = {
             "Hangi not defteri? Kaydediniz, sonra selfcheck.check('<yolu>') çağırınız.",
         'grading {path} as last saved (save first if you changed it): a minute or two...':
             '{path} son kaydedildiği hâliyle notlandırılıyor (değiştirdiyseniz önce kaydediniz): bir iki dakika...',
+        'one result per rank ({world_size})':
+            'her rank için bir sonuç ({world_size})',
+        'the collected results are incomplete':
+            'toplanan sonuçlar eksik',
+        "rank {rank}'s weights are not those of plain Adam on the global batches: are the gradients averaged, the right slice stepped, every slice gathered?":
+            "rank {rank}: ağırlıklar, global yığınlarda düz Adam'ın ağırlıkları değil: gradyanların ortalaması alınıyor mu, doğru dilim adımlanıyor mu, her dilim toplanıyor mu?",
+        "rank {rank}'s shard does not hold its slice of the trained weights: step the shard you are given":
+            'rank {rank}: parça, eğitilmiş ağırlıkların kendi dilimini tutmuyor: size verilen parçayı adımlayınız',
+        "rank {rank}'s optimizer holds no Adam state for its shard: step the optimizer you are given":
+            "rank {rank}: optimizer kendi parçası için Adam durumu tutmuyor: size verilen optimizer'ı adımlayınız",
+        "rank {rank}'s Adam state ({key}) is not plain Adam's for its slice: step the optimizer you are given":
+            "rank {rank}: Adam durumu ({key}), kendi dilimi için düz Adam'ınki değil: size verilen optimizer'ı adımlayınız",
+        'these modules are not FSDP units: {names}: fully_shard every block, then the model':
+            'şu modüller FSDP birimi değil: {names}: önce her bloğa, sonra modele fully_shard uygulayınız',
+        'the model':
+            'model',
+        "rank {rank}'s parameters are not all DTensors: {kinds}":
+            'rank {rank}: parametrelerin hepsi DTensor değil: {kinds}',
+        "rank {rank}'s shards are not its rows of the trained model: did it train cfg.steps steps of Adam on its own batches?":
+            'rank {rank}: parçalar, eğitilmiş modelin kendi satırları değil: kendi yığınlarında cfg.steps adım Adam ile eğitti mi?',
+        'only rank 0 gathers the full weights':
+            'tam ağırlıkları yalnızca rank 0 toplar',
+        'the trained weights are not those of plain Adam on the global batches':
+            "eğitilmiş ağırlıklar, global yığınlarda düz Adam'ın ağırlıkları değil",
         'TorchTPU needs Python{needs}, and this runtime has Python {python}: TorchTPU cannot run here.':
             'TorchTPU, Python{needs} ister; bu çalışma ortamında Python {python} var: TorchTPU burada çalışamaz.',
         'torch_tpu {version} is installed, but it':

@@ -6,12 +6,13 @@ from __future__ import annotations
 import torch
 
 from . import compare
+from .language import say
 from .sharding_reference import ShardConfig, flat_shard, same_state, shard_state
 
 
 def _ranks_problem(ranks, world_size: int) -> str | None:
     if type(ranks) is not list or len(ranks) != world_size:
-        return f"one result per rank ({world_size})"
+        return say("one result per rank ({world_size})", world_size=world_size)
     return None
 
 
@@ -22,19 +23,22 @@ def zero1_problem(ranks, world_size: int, reference: dict) -> str | None:
         return problem
     for rank, result in enumerate(ranks):
         if not compare.is_record(result, {"rank": int, "state": None, "shard": None, "adam": dict}) or result["rank"] != rank:
-            return "the collected results are incomplete"
+            return say("the collected results are incomplete")
         if not same_state(result["state"], reference["state"]):
-            return (f"rank {rank}'s weights are not those of plain Adam on the global batches: are the gradients "
-                    "averaged, the right slice stepped, every slice gathered?")
+            return say("rank {rank}'s weights are not those of plain Adam on the global batches: are the gradients "
+                       "averaged, the right slice stepped, every slice gathered?", rank=rank)
         weights = torch.cat([t.reshape(-1) for t in reference["state"].values()])
         if not compare.same_tensor(result["shard"], flat_shard(weights, world_size, rank), atol=1e-5, rtol=1e-5):
-            return f"rank {rank}'s shard does not hold its slice of the trained weights: step the shard you are given"
+            return say("rank {rank}'s shard does not hold its slice of the trained weights: step the shard you are "
+                       "given", rank=rank)
         if list(result["adam"]) != ["exp_avg", "exp_avg_sq"]:
-            return f"rank {rank}'s optimizer holds no Adam state for its shard: step the optimizer you are given"
+            return say("rank {rank}'s optimizer holds no Adam state for its shard: step the optimizer you are given",
+                       rank=rank)
         for key in ("exp_avg", "exp_avg_sq"):
             expected = flat_shard(reference[key], world_size, rank)
             if not compare.same_tensor(result["adam"][key], expected, atol=1e-7, rtol=1e-5):
-                return f"rank {rank}'s Adam state ({key}) is not plain Adam's for its slice: step the optimizer you are given"
+                return say("rank {rank}'s Adam state ({key}) is not plain Adam's for its slice: step the optimizer "
+                           "you are given", rank=rank, key=key)
     return None
 
 
@@ -50,18 +54,18 @@ def fsdp_problem(ranks, cfg: ShardConfig, world_size: int, reference: dict) -> s
             return result["problem"][:300]
         if not compare.is_record(result, {"rank": int, "units": list, "kinds": dict, "local": dict, "full": dict}) \
                 or result["rank"] != rank:
-            return "the collected results are incomplete"
+            return say("the collected results are incomplete")
         missing = [name for name in [""] + cfg.block_names() if name not in result["units"]]
         if missing:
-            return (f"these modules are not FSDP units: {['the model' if n == '' else n for n in missing]}: "
-                    "fully_shard every block, then the model")
+            return say("these modules are not FSDP units: {names}: fully_shard every block, then the model",
+                       names=[say("the model") if n == "" else n for n in missing])
         if not compare.same_values(result["kinds"], {k: "DTensor" for k in reference["state"]}):
-            return f"rank {rank}'s parameters are not all DTensors: {result['kinds']}"
+            return say("rank {rank}'s parameters are not all DTensors: {kinds}", rank=rank, kinds=result["kinds"])
         if not same_state(result["local"], shards[rank]):
-            return (f"rank {rank}'s shards are not its rows of the trained model: did it train cfg.steps steps of Adam "
-                    "on its own batches?")
+            return say("rank {rank}'s shards are not its rows of the trained model: did it train cfg.steps steps of "
+                       "Adam on its own batches?", rank=rank)
     if any(result["full"] != {} for result in ranks[1:]):
-        return "only rank 0 gathers the full weights"
+        return say("only rank 0 gathers the full weights")
     if not same_state(ranks[0]["full"], reference["state"]):
-        return "the trained weights are not those of plain Adam on the global batches"
+        return say("the trained weights are not those of plain Adam on the global batches")
     return None

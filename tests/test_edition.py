@@ -195,3 +195,27 @@ def test_no_cell_looks_for_a_message_its_edition_translates(lesson):
         said = "\n".join(_said(text) for _, _, text in catalog.literals(cell.source))
         found += [f"{cell.id}: {text!r}" for text in _looked_for(cell.source) if text in said]
     assert not found, "code that reads a translated message:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_the_locked_cells_nbgrader_puts_back_come_back_in_the_submissions_edition(lesson):
+    """nbgrader restores every locked cell from the gradebook's English source; a Turkish submission gets them in
+    Turkish (its checks then speak Turkish), its own answers untouched; an English one is left as it is."""
+    from nbgrader import utils
+
+    from graders.edition_cells import in_edition
+
+    english = catalog.source_notebook(lesson)
+    turkish = catalog.translate(english, "tr", lesson)
+    submitted = copy.deepcopy(turkish)
+    for cell, source in zip(submitted.cells, english.cells):
+        if utils.is_locked(cell):
+            cell.source = source.source  # what OverwriteCells leaves
+        elif utils.is_solution(cell):
+            cell.source = "'Bu hücredeki testler geçti'  # a student's own"
+    restored = in_edition(submitted, lesson)
+    locked = [i for i, cell in enumerate(turkish.cells) if utils.is_locked(cell)]
+    assert locked and all(restored.cells[i].source == turkish.cells[i].source for i in locked)
+    assert any(turkish.cells[i].source != english.cells[i].source for i in locked if english.cells[i].cell_type == "code")
+    assert all(c.source == "'Bu hücredeki testler geçti'  # a student's own" for c in restored.cells if utils.is_solution(c))
+    assert in_edition(copy.deepcopy(english), lesson).cells == english.cells

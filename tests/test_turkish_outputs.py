@@ -133,15 +133,18 @@ def test_the_check_finds_the_english_a_turkish_run_showed_before_the_helpers_spo
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_a_turkish_lesson_run_shows_no_english_sentence(graded_class, lesson):
     """Every Turkish submission of the class (the "turkish" student's solutions, and any other in the Turkish
-    edition), as the sandbox ran it: the outputs of the cells that ran the Turkish code. (nbgrader runs the graded
-    test cells as the instructor's source writes them, in English: their outputs are another edition's, and the
-    grader's to translate.)"""
+    edition), as the sandbox ran it: the outputs of the cells that ran the Turkish code, the checks among them
+    (nbgrader puts the locked cells back from the English source; graders/edition_cells.py, in the edition's)."""
     turkish = catalog.translate(catalog.source_notebook(lesson), "tr", lesson, strict=False)
     runs = [path for path in sorted(graded_class.root.glob(f"autograded/*/{lesson}/{lesson}.ipynb"))
             if nbformat.read(path, as_version=4).metadata.get("course_edition") == "tr"]
     assert graded_class.root / "autograded" / "turkish" / lesson / f"{lesson}.ipynb" in runs
     for path in runs:
         nb = nbformat.read(path, as_version=4)
+        visible = {c.get("id"): c.source.split("### BEGIN HIDDEN TESTS")[0] for c in turkish.cells}
+        checks = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
+        assert checks and all(c.source.split("### BEGIN HIDDEN TESTS")[0] == visible[c.get("id")] for c in checks), \
+            f"the checks of {path} ran as another edition writes them"
         text = output_text(nb, shown=turkish)
         assert "CPU" in text, f"the Turkish run of {lesson} did not show the setup cell's summary: {path}"
         assert not english_in(text, lesson), f"English in {path}:\n" + "\n".join(english_in(text, lesson))
