@@ -152,13 +152,22 @@ def lesson_words(lesson: str, lang: str) -> dict:
 
 
 def said_in(message: str, templates: list) -> str | None:
-    """`message`, said by one of the (English, translation) literals of `templates` (the first that writes it, its
-    placeholders' values carried over), in the translation's words; None if none writes it."""
-    for english, translated in sorted(templates, key=lambda pair: pair[0].lstrip().startswith("f")):
+    """`message`, said by one of the (English, translation) literals of `templates` (the most specific that writes it:
+    plain literals, then the most fixed text; its placeholders' values carried over, each said in the translation's
+    words where a template writes it, as `f"step {i}: {why}"` carries a `why` of its own), in the translation's words;
+    None if none writes it."""
+    def specificity(pair):
+        parts = _parts(pair[0])
+        return any(field for _, field in parts), -sum(len(text) for text, _ in parts)
+
+    for english, translated in sorted(templates, key=specificity):
         parts, said = _parts(english), _parts(translated)
+        if not any(text for text, _ in parts):
+            continue  # placeholders only: it writes anything, and says nothing
         pattern = "".join("(.*?)" if field else re.escape(text) for text, field in parts)
         if (match := re.fullmatch(pattern, message, re.S)) is not None:
             values = dict(zip([field for _, field in parts if field], match.groups()))
+            values = {field: value and (said_in(value, templates) or value) for field, value in values.items()}
             return "".join(values[field] if field else text for text, field in said)
     return None
 

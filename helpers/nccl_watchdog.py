@@ -29,7 +29,9 @@ DUMP_ENV = "TORCH_NCCL_DUMP_ON_TIMEOUT"
 ERROR_HANDLING_ENVS = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")  # the first wins
 # 4 x 250 ms: a second between the timeout's line and the abort; no flight-recorder files from the lessons' ranks
 RANK_DEFAULTS = {WAIT_ENV: "250", DUMP_ENV: "0"}
-TIMED_OUT = re.compile(r"timed out", re.IGNORECASE)  # gloo's words for a collective's timeout
+# gloo's words for a collective's timeout, and for a peer's: the peer that timed out first closes its connections, and
+# the rank still waiting hears that instead of its own timeout. On nccl nobody closes anything: it times out as well.
+TIMED_OUT = re.compile(r"timed out|connection (closed|reset) by peer", re.IGNORECASE)
 
 
 def dump_wait_s(environ=None, torch_version: str | None = None) -> float:

@@ -20,9 +20,11 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 # Tests that read the session's graded class (tests/classroom.py): with pytest-xdist they run on one worker, so
-# that the class is graded once, while the other workers run the rest.
+# that the class is graded once, while the other workers run the rest. A test that reads it from elsewhere would grade
+# it again on its own worker (it did: 420 s, 2026-12-05): collection refuses that (pytest_collection_modifyitems).
 CLASS_TESTS = ("tests/test_grading.py", "tests/test_corpus.py", "tests/test_cluster.py", "tests/test_site.py",
-               "tests/test_runtimes.py::test_lesson_4_part_b_runs_on_eight_xla_devices")
+               "tests/test_runtimes.py::test_lesson_4_part_b_runs_on_eight_xla_devices",
+               "tests/test_turkish_outputs.py::test_a_turkish_lesson_run_shows_no_english_sentence")
 
 
 # Tests that open no port on this machine's network but the ones a launch's ranks or a kernel take (XLA:CPU runs,
@@ -116,6 +118,11 @@ def pytest_collection_modifyitems(config, items):
 
     from graders import demonstrations
 
+    strays = [item.nodeid for item in items
+              if "graded_class" in getattr(item, "fixturenames", ()) and _scope(item.nodeid) != CLASS]
+    if strays:
+        raise pytest.UsageError("these tests read the graded class but are not in conftest.CLASS_TESTS (their worker "
+                                "would grade the class again): " + ", ".join(strays))
     tagged, kept, left_out = {}, [], []
     for item in items:
         if isinstance(item, IPyNbCell):

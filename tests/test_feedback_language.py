@@ -92,6 +92,20 @@ def test_each_judge_message_is_said_in_the_submissions_language(lesson, lang, tm
         assert message not in line or message == expected, line
 
 
+def test_the_most_specific_template_says_a_message_and_a_carried_message_is_said_too():
+    """A message two templates write (`f"step {i}: {why}"` writes every step's message) is said by the one with the
+    most fixed text; a placeholder's value that another template writes is said in the translation's words as well;
+    a template of placeholders alone says nothing."""
+    templates = [('f"step {i}: {why}"', 'f"adım {i}: {why}"'),
+                 ('f"{anything}"', 'f"{anything}!"'),
+                 ('f"step {i}: return the loss as a float, not {kind}"', 'f"adım {i}: kaybı {kind} değil, float döndürün"'),
+                 ('"the scale did not grow"', '"ölçek büyümedi"')]
+    assert redact.said_in("step 3: return the loss as a float, not int", templates) == "adım 3: kaybı int değil, float döndürün"
+    assert redact.said_in("step 3: the scale did not grow", templates) == "adım 3: ölçek büyümedi"
+    assert redact.said_in("step 3: something else", templates) == "adım 3: something else"
+    assert redact.said_in("nothing writes this", templates) is None
+
+
 def _english_sentences(lesson: str, lang: str) -> set[str]:
     """The sentences (and clauses) of three words or more of the lesson's English catalog and of the feedback words
     whose message the edition translates, less those its translations say as well (code kept as written)."""

@@ -110,6 +110,24 @@ def test_the_deadline_covers_the_dump_wait_the_ranks_were_given(monkeypatch):
     assert waited >= 1 + 10
 
 
+def _late_partner(rank, world_size):
+    """Rank 0's collective times out while rank 1 comes late to its own: gloo ends rank 1's with "Connection closed by
+    peer" as rank 0 gives up, where nccl's rank 1 would have timed out in turn."""
+    if rank == 1:
+        time.sleep(0.6)
+        dist.barrier()
+    else:
+        dist.all_reduce(torch.ones(2))
+
+
+def test_a_rank_that_hears_its_peer_give_up_times_out_as_on_nccl():
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.launch(nccl_watchdog.simulated(_late_partner), 2, timeout_s=1)
+    failed = info.value
+    assert failed.signal == "SIGABRT" and "Traceback" not in failed.details, failed.details
+    assert set(failed.unfinished) == {1 - failed.rank} and LINE in failed.unfinished[1 - failed.rank] and LINE in failed.stderr
+
+
 def _lesson_2_cell(marker: str) -> str:
     notebook = json.loads((REPO / "solutions" / "02-ddp" / "02-ddp.ipynb").read_text())
     cells = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code" and marker in "".join(c["source"])]
