@@ -11,12 +11,13 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/multi-device-course/pytorch-multi-device-course/blob/main/notebooks/01-dataparallel/01-dataparallel.ipynb) [![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)](https://kaggle.com/kernels/welcome?src=https://github.com/multi-device-course/pytorch-multi-device-course/blob/main/notebooks/01-dataparallel/01-dataparallel.ipynb)
 #
-# This is the first of four lessons on training one model on many devices:
+# This is the first of five lessons on training one model on many devices:
 #
 # 1. **DataParallel** — one process drives several GPUs (this lesson)
 # 2. DistributedDataParallel — one process per device
 # 3. Mixed precision (AMP)
 # 4. Hugging Face Accelerate and TPUs
+# 5. Sharding: ZeRO and FSDP2 — when the model does not fit on one device
 #
 # Every cell runs for real on the machine you have. With two or more CUDA GPUs the lesson uses
 # the real `torch.nn.DataParallel`. Without them it uses a **faithful CPU emulation** from the

@@ -38,11 +38,11 @@ REPO = Path(__file__).resolve().parent.parent
 PAGES_DIR = REPO / "website" / "pages"
 # The instructors' pages, in the order of the site's navigation: website/pages/<name>.md.
 PAGES = ("instructors", "grading-security", "cluster", "hardware", "development")
-TITLE = "Training on many devices with PyTorch"
 REPOSITORY = "https://github.com/multi-device-course/pytorch-multi-device-course"
 # Estimates, exercises included, for a reader who knows a PyTorch training loop (not measured).
-STUDY_TIME = {"01-dataparallel": "1–1.5 h", "02-ddp": "2–3 h", "03-amp": "1–1.5 h", "04-accelerate-tpu": "2–3 h",
-              "05-sharding": "1.5–2 h"}
+STUDY_TIME = {"01-dataparallel": (1, 1.5), "02-ddp": (2, 3), "03-amp": (1, 1.5), "04-accelerate-tpu": (2, 3),
+              "05-sharding": (1.5, 2)}  # hours
+HOURS = {"en": ("{} h", "."), "tr": ("{} sa", ",")}  # the edition's hour and decimal mark
 
 
 def lessons() -> list[str]:
@@ -223,11 +223,18 @@ def lesson_title(lesson: str, lang: str = "en") -> str:
     return first.lstrip("# ").split(" — ", 1)[-1].strip()
 
 
+def study_time(lesson: str, lang: str = "en") -> str:
+    """A lesson's study time in the edition's words ("1–1.5 h", "1–1,5 sa")."""
+    unit, mark = HOURS[lang]
+    low, high = STUDY_TIME.get(lesson, (1, 2))
+    return unit.format("–".join(f"{hours:g}".replace(".", mark) for hours in (low, high)))
+
+
 def landing_page(names: list[str], lang: str = "en") -> str:
     """website/pages/landing.md (in `lang`) with the lessons, the hardware table and the instructors' pages filled
     in, and the site's navigation (captions: the landing page's own headings)."""
     text = page_text("landing", lang)
-    rows = [f"{number}. [**{lesson_title(name, lang)}**](lessons/{name}.ipynb) — ⏱ {STUDY_TIME.get(name, '1–2 h')}"
+    rows = [f"{number}. [**{lesson_title(name, lang)}**](lessons/{name}.ipynb) — ⏱ {study_time(name, lang)}"
             for number, name in enumerate(names, start=1)]
     instructors = "\n".join(f"- [{page_title(name, lang)}]({name}.md)" for name in PAGES)
     headings = re.findall(r"^## (.+)$", text, re.M)
@@ -240,12 +247,12 @@ def landing_page(names: list[str], lang: str = "en") -> str:
     return text
 
 
-CONF = f'''project = "{TITLE}"
+CONF = '''project = "{title}"
 extensions = ["myst_nb"]
 nb_execution_mode = "off"  # the outputs are already in the notebooks
 myst_enable_extensions = ["colon_fence"]
 html_theme = "sphinx_book_theme"
-html_title = "{TITLE}"
+html_title = "{title}"
 html_theme_options = {{"repository_url": "{REPOSITORY}", "use_repository_button": True, "show_toc_level": 2,
                        "article_header_end": ["article-header-buttons.html", "language-switch.html"]}}
 templates_path = ["_templates"]
@@ -298,7 +305,7 @@ def _build_edition(out: Path, names: list[str], ran: dict, lang: str) -> None:
             nbformat.write(page(name, ran[name], lang=lang), src / "lessons" / f"{name}.ipynb")
         (src / "index.md").write_text(landing_page(names, lang))
         others = [(other, prefix, title) for other, (prefix, title) in EDITIONS.items() if other != lang]
-        (src / "conf.py").write_text(CONF + f"language = {lang!r}\nhtml_context = {{'other_editions': {others!r}}}\n")
+        (src / "conf.py").write_text(CONF.format(title=page_title("landing", lang), REPOSITORY=REPOSITORY) + f"language = {lang!r}\nhtml_context = {{'other_editions': {others!r}}}\n")
         build_run = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going",
                                     str(src), str(out)], capture_output=True, text=True)
         if build_run.returncode:
