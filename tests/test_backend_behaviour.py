@@ -24,12 +24,15 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from helpers import accel, amp, ddp, launch
+from helpers import accel, amp, checkpoints, ddp, launch, sharding
 
 REPO = Path(__file__).resolve().parent.parent
 HOST = "lazy"  # the device type that plays the host
 HOST_DISPATCH_KEY = "Lazy"
 REFUSED = "No backend type associated with device type cpu"
+# The namespaces of torch's collective ops: torch.distributed's own, and the functional ones DTensor's redistributions
+# (FSDP2's full_tensor(), a DTensor's reshard) call. nccl refuses a CPU tensor in any of them.
+COLLECTIVES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 
 
 # ---- in each rank ------------------------------------------------------------------------------
@@ -42,11 +45,12 @@ def _refuse_host_tensors(folder: str) -> None:
     import torch._lazy.ts_backend
 
     torch._lazy.ts_backend.init()
-    library = torch.library.Library("c10d", "IMPL")
-    for name in torch._C._dispatch_get_all_op_names():
-        if name.startswith("c10d::"):
-            library.impl(name.split("::")[1], _refusal(name, folder), HOST_DISPATCH_KEY)
-    _KEPT.append(library)  # a Library's kernels live as long as it does
+    for namespace in COLLECTIVES:
+        library = torch.library.Library(namespace, "IMPL")
+        for name in torch._C._dispatch_get_all_op_names():
+            if name.startswith(namespace + "::"):
+                library.impl(name.split("::")[1], _refusal(name, folder), HOST_DISPATCH_KEY)
+        _KEPT.append(library)  # a Library's kernels live as long as it does
     torch.set_default_device(HOST)
     torch.save = _saving_host_tensors_as_cpu(torch.save)
 
@@ -121,6 +125,24 @@ def _lesson4(name):
     return _notebook_function("04-accelerate-tpu", name)
 
 
+def _lesson5(name):
+    return _notebook_function("05-sharding", name)
+
+
+def _saved_sharded_checkpoint(tmp) -> tuple:
+    """Lesson 5 saves a sharded checkpoint on 2 ranks, then loads it on 3: the load's worker and arguments."""
+    folder = str(tmp / "dcp")
+    launch.launch(sharding.dcp_save_worker, 2, args=(SHARD, folder))
+    return sharding.dcp_load_worker, (SHARD, folder)
+
+
+def _converted_states(tmp) -> tuple:
+    """Lesson 5 loads a full state converted for a plain, a DDP and an FSDP2 model: the worker and its arguments."""
+    full = checkpoints.add_prefix(SHARD.model().state_dict())
+    states = {kind: sharding.converted(full, kind) for kind in ("plain", "ddp", "fsdp")}
+    return sharding.load_kinds_worker, (SHARD, states)
+
+
 def _refusals(folder: Path) -> list[str]:
     return sorted(line for log in folder.glob("rank*.txt") for line in log.read_text().splitlines())
 
@@ -152,6 +174,7 @@ class Case(NamedTuple):
 
 
 CFG = ddp.TrainConfig(epochs=1)
+SHARD = sharding.ShardConfig()
 
 CASES = {
     "02 step_time_worker": Case("launch", 2, lambda tmp: (ddp.step_time_worker, (16, 32, 8, 1))),
@@ -179,6 +202,14 @@ CASES = {
     "04 gather_worker": Case("accel", 2, lambda tmp: (accel.gather_worker, (10, 3))),
     "04 checkpoint_worker": Case("accel", 2, lambda tmp: (accel.checkpoint_worker, (str(tmp),))),
     "04 my_accelerate_worker": Case("accel", 2, lambda tmp: (_lesson4("my_accelerate_worker"), (64, 16, 1, 0.05, 0))),
+    "05 memory_worker": Case("launch", 2, lambda tmp: (sharding.memory_worker, (SHARD,))),
+    "05 zero1_worker": Case("launch", 2, lambda tmp: (sharding.zero1_worker, (SHARD, _lesson5("zero1_step")))),
+    "05 torch_zero_worker": Case("launch", 2, lambda tmp: (sharding.torch_zero_worker, (SHARD,))),
+    "05 fsdp_tours_worker": Case("launch", 2, lambda tmp: (sharding.fsdp_tours_worker, (SHARD,))),
+    "05 fsdp_observed_worker": Case("launch", 2, lambda tmp: (sharding.fsdp_observed_worker,
+                                                               (_lesson5("my_fsdp_worker"), SHARD))),
+    "05 dcp_load_worker": Case("launch", 3, _saved_sharded_checkpoint),
+    "05 load_kinds_worker": Case("launch", 2, _converted_states),
 }
 
 
@@ -220,6 +251,19 @@ def test_a_host_tensor_is_refused_as_nccl_refuses_a_cpu_tensor(tmp_path):
     # (the first rank refused stops the launch: the other may not get that far)
     assert refused and set(refused) == {f"c10d::allreduce_ from test_backend_behaviour.py:{line} "
                                         "(_host_tensor_in_a_collective: dist.all_reduce(value))"}
+    assert REFUSED in str(error)
+
+
+def _host_tensor_in_a_functional_collective(rank, world_size):
+    import torch.distributed._functional_collectives as funcol
+
+    return funcol.all_reduce(torch.ones(1), "sum", dist.group.WORLD)  # DTensor's and FSDP2's kind of collective
+
+
+def test_a_host_tensor_in_a_functional_collective_is_refused_at_the_call(tmp_path):
+    refused, error = _launch_audited(tmp_path, "launch", _host_tensor_in_a_functional_collective, 2)
+    assert refused and all(line.startswith("_c10d_functional::all_reduce from test_backend_behaviour.py:")
+                           for line in refused), refused
     assert REFUSED in str(error)
 
 
