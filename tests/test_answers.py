@@ -2,9 +2,10 @@
 its exercise's test cell (visible and hidden tests), every wrong one fails it.
 
 The lesson's setup and import cells run once per lesson; each answer then runs in a copy of that namespace,
-followed by the exercise's test cell split as grading splits it (graders/judge.py): the visible tests, the
-hidden setup and the collect part in the answer's namespace (the kernel's side), then the judge part in a
-namespace of its own made from the prelude cells, the setup and the collected data only (the judge's side).
+followed by the exercise's test cell split as grading splits it (graders/judge.py): the visible tests (for a
+wrong answer, only their definitions, as a hidden run takes them: graders/hidden_runs.py), the hidden setup and the
+collect part in the answer's namespace (the kernel's side), then the judge part in a namespace of its own made from
+the prelude cells, the setup and the collected data only (the judge's side).
 All in this process (no kernel: a few seconds for a whole lesson). How nbgrader turns a cell into points
 (stderr, errors) is tested by test_grading.py.
 """
@@ -17,7 +18,7 @@ import pytest
 
 from answers import ANSWERS
 from conftest import REPO
-from graders import judge
+from graders import hidden_runs, judge
 
 CASES = [(lesson, exercise, kind, name) for lesson, exercises in ANSWERS.items() for exercise, kinds in exercises.items()
          for kind in ("right", "wrong") for name in kinds[kind]]
@@ -100,12 +101,13 @@ def test_answer_is_judged_right(namespaces, judge_namespaces, lesson, exercise, 
             with pytest.raises(Exception):
                 _run_as_graded(source, namespace, judged)
         else:
-            try:  # the visible part's definitions, without letting its asserts decide
-                exec(parts["visible"], namespace)
+            collect = parts["setup"] + "\n" + parts["collect"]
+            try:  # what a hidden run takes of the visible part: its definitions, without its checks
+                exec(hidden_runs.tests_part(parts["visible"], collect), namespace)
             except Exception:  # noqa: BLE001
                 pass
             try:
-                exec(parts["setup"] + "\n" + parts["collect"], namespace)
+                exec(collect, namespace)
             except Exception:  # noqa: BLE001 - the answer crashed on hidden inputs: no data, no points
                 return
             exec(parts["setup"], judged)
