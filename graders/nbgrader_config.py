@@ -51,9 +51,11 @@ c.ClearSolutions.code_stub = {"python": unsolved_stub(ENGLISH["unsolved"])}
 # A student who deletes a test cell gets it back from the gradebook instead of escaping it; the locked cells come
 # back in the submission's edition (graders/edition_cells.py: a Turkish submission runs its checks in Turkish).
 c.OverwriteCells.add_missing_cells = True
-c.Autograde.sanitize_preprocessors = [
-    "nbgrader.preprocessors.ClearOutput", "nbgrader.preprocessors.DeduplicateIds",
-    "nbgrader.preprocessors.OverwriteKernelspec", OverwriteCellsInEdition, "nbgrader.preprocessors.CheckCellMetadata"]
+from nbgrader.converters import Autograde  # noqa: E402
+from nbgrader.preprocessors import OverwriteCells  # noqa: E402
+
+c.Autograde.sanitize_preprocessors = [OverwriteCellsInEdition if step is OverwriteCells else step
+                                      for step in Autograde.class_traits()["sanitize_preprocessors"].default()]
 
 # Each cell of a submission may run this long; an infinite loop then fails one cell, not the batch.
 c.Execute.timeout = int(os.environ.get("GRADER_CELL_TIMEOUT", "300"))

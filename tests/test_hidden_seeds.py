@@ -9,7 +9,9 @@ import io
 
 import pytest
 
+from conftest import REPO
 from graders import hidden_runs, judge
+from graders.course import lessons
 from helpers import grading
 from test_answers import _cells, _launches, judge_namespaces, namespaces  # noqa: F401 (fixtures)
 
@@ -18,9 +20,6 @@ SEEDS = range(1, 9)  # besides grading.FIXED_SEED, which test_answers.py and nbv
 
 def _exercises() -> list[tuple[str, str, str, str]]:
     """(lesson, grade id, answer cell's source, test cell's source) of every judged exercise that launches nothing."""
-    from graders.course import lessons
-    from conftest import REPO
-
     found = []
     for lesson in lessons(REPO):
         cells = _cells(lesson)
@@ -39,7 +38,8 @@ def test_most_exercises_are_drawn_on_many_seeds_here():
 
 
 @pytest.mark.parametrize("lesson, grade_id, answer, test", EXERCISES, ids=[f"{l}-{g}" for l, g, _, _ in EXERCISES])
-def test_the_solution_passes_every_draw_of_its_hidden_inputs(namespaces, judge_namespaces, lesson, grade_id, answer, test):
+def test_the_solution_passes_every_draw_of_its_hidden_inputs(namespaces, judge_namespaces, lesson, grade_id, answer,
+                                                             test):
     parts = judge.split(test)
     collect = parts["setup"] + "\n" + parts["collect"]
     solved = namespaces(lesson)

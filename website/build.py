@@ -305,7 +305,8 @@ def _build_edition(out: Path, names: list[str], ran: dict, lang: str) -> None:
             nbformat.write(page(name, ran[name], lang=lang), src / "lessons" / f"{name}.ipynb")
         (src / "index.md").write_text(landing_page(names, lang))
         others = [(other, prefix, title) for other, (prefix, title) in EDITIONS.items() if other != lang]
-        (src / "conf.py").write_text(CONF.format(title=page_title("landing", lang), REPOSITORY=REPOSITORY) + f"language = {lang!r}\nhtml_context = {{'other_editions': {others!r}}}\n")
+        conf = CONF.format(title=page_title("landing", lang), REPOSITORY=REPOSITORY)
+        (src / "conf.py").write_text(conf + f"language = {lang!r}\nhtml_context = {{'other_editions': {others!r}}}\n")
         build_run = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going",
                                     str(src), str(out)], capture_output=True, text=True)
         if build_run.returncode:
