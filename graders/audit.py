@@ -24,7 +24,7 @@ import ast
 from graders import audit_source
 from graders.audit_values import Values, parents_of
 
-# Helper functions the judges use as ground truth: an answer that calls one hands the judge its own answer.
+# Helper functions the judges use as ground truth (helpers/refusal.py): an answer that calls one hands the judge its own answer.
 REFERENCES = {
     "helpers.ddp": {"reference_train", "large_batch_reference", "global_batch", "linear_scaled_lr"},
     "helpers.amp": {"scaler_trajectory", "representable", "autocast_dtypes", "accumulation_reference",

@@ -11,7 +11,10 @@ kernelspec, a fork of the warm kernel server in a new jail), and runs there, in 
 * the student's answer cells (nbgrader solution cells): no cell the student added, no other exercise's tests;
 * the definitions of the graded cell's visible tests (its functions, classes and imports, none of its checks);
 * its setup and collect parts, the setup drawing its cases from the submission's secret seed
-  (helpers.grading.hidden_random), drawn here with `secrets` for every grading.
+  (helpers.grading.hidden_random), drawn here with `secrets` for every grading;
+* before the first answer cell, the judge's references refused to the student's code from then on, in the kernel and
+  in the processes the course's launchers start from it (helpers/refusal.py: the instructor's cells, known by their
+  text, keep the calls they make), and after each answer cell a check that the kernel still names cells by their text.
 
 Of that run only the collections its last cell published are kept, with a record of the run (RECORD_MIME in
 graders/judge.py: the seed, how the run failed, how many results the notebook's own kernel published for the grader,
@@ -33,7 +36,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Bool, Unicode
 
-from graders import cell_limit, demonstrations, execute, judge, limits
+from graders import audit, cell_limit, demonstrations, execute, judge, limits
 from helpers import grading
 
 PART = "grader_hidden_run"  # a run's cell: which part of the program it is, and whose
@@ -84,7 +87,7 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
         that kills the run (in its cell, or its function in a collect cell) is left out, and the run starts again."""
         while True:
             run = nbformat.v4.new_notebook(metadata=NotebookNode({"kernelspec": solution.metadata.get("kernelspec", {})}))
-            run.cells = needed(program(solution, submission, grade_ids, seed, self._left_out))
+            run.cells = refusing(needed(program(solution, submission, grade_ids, seed, self._left_out)))
             failure, culprit = self._execute(run, resources)
             if culprit is not None and culprit not in self._left_out:
                 self._left_out.add(culprit)
@@ -186,6 +189,37 @@ def needed(cells: list) -> list:
     candidates = [i for i, c in enumerate(cells) if c.metadata[PART]["kind"] == "released"]
     left_out = demonstrations.skippable(cells, candidates)
     return [c for i, c in enumerate(cells) if i not in left_out]
+
+
+def refusing(cells: list) -> list:
+    """`cells` with the judge's references refused to the answers (helpers/refusal.py): before the first answer cell,
+    the instructor's cells' texts and the references they name; after each answer cell, a check of how cells are named."""
+    kinds = [c.metadata[PART]["kind"] for c in cells]
+    if "answer" not in kinds:
+        return cells
+    after = "from helpers import refusal\nrefusal.answer_ran()\n"
+    guard = _cell("", "refusal")
+    instructor = [c.source for c in cells if c.metadata[PART]["kind"] != "answer"] + [after]
+    references = {name for module, names in audit.REFERENCES.items() if module != "helpers.grading" for name in names}
+    names = sorted({name for source in instructor for name in _names(source)} & references)
+    guard.source = f"from helpers import refusal\nrefusal.refuse({instructor!r},\n               {names!r})\n"
+    out = []
+    for cell, kind in zip(cells, kinds):
+        if kind == "answer" and guard not in out:
+            out.append(guard)
+        out += [cell, _cell(after, "refusal")] if kind == "answer" else [cell]
+    return out
+
+
+def _names(source: str) -> set:
+    """The names `source` reaches as a module's attributes or imports from one (never a bare name: an answer's function
+    may have a reference's name, and a student's alias of a reference must not count as the instructor's call)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return ({n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+            | {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names})
 
 
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)

@@ -21,6 +21,7 @@ One module per concept:
                 Adam reference), sharding_workers (what each rank runs) and sharding_judging (the verdicts)
   fresh         a function in a fresh Python process (XLA settings, fork-based launchers)
   grading       what a hidden test hands the grader's judge: a student's results as plain data
+  refusal       the judge's references (@refusal.reference), refused to a student's code where hidden tests run
   hw_check      `make hw-check`: the lessons and their key figures on this machine
   language      the language the helpers speak: the notebook's edition, told once by its setup cell (`say`)
 """

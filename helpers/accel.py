@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from . import data, ddp, fresh as _fresh, launch as _launch  # noqa: E402
 from ._validate import positive_int, positive_number, str_dict  # noqa: E402
 from .language import say  # noqa: E402
+from . import refusal  # noqa: E402
 
 
 def launch_env(num_processes: int) -> dict[str, str]:
@@ -106,6 +107,7 @@ def train_worker(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, mixed_
             "compute_dtype": str(inner_dtypes[-1])}
 
 
+@refusal.reference
 def reference(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, num_processes=2) -> dict:
     """One process: Accelerate hands process r the batches r, r+k, r+2k, ... of the loader, so one
     optimizer step sees k consecutive batches — one batch of k x batch_size here."""
@@ -152,6 +154,7 @@ def gather_worker(n_samples: int, batch_size: int) -> dict:
     return {"rank": acc.process_index, "local": local, "gather": gathered, "gather_for_metrics": for_metrics}
 
 
+@refusal.reference
 def gather_lengths_reference(n_samples: int, batch_size: int, num_processes: int) -> tuple[int, int]:
     """(len(gather), len(gather_for_metrics)) of gather_worker's loop on `num_processes` processes, worked out in this
     one process from Accelerate's own sharding: the loader `prepare` gives each process (prepare_data_loader with its

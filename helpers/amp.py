@@ -14,6 +14,7 @@ from torch import nn
 from . import training
 from ._saved import saved_bytes
 from ._validate import low_precision_dtype, one_of, positive_int, positive_number
+from . import refusal
 
 FORMATS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 LOW_PRECISION = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -82,6 +83,7 @@ def format_table() -> list[dict]:
     return rows
 
 
+@refusal.reference
 def representable(value: float, dtype: torch.dtype) -> str:
     """What happens to `value` stored in `dtype`: "ok", "overflow" (inf) or "underflow" (0)."""
     stored = torch.tensor(value, dtype=torch.float64).to(dtype)
@@ -114,6 +116,7 @@ def probe_ops(device: str) -> dict:
     }
 
 
+@refusal.reference
 def autocast_dtypes(device: str | None = None, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.dtype]:
     """Run each probe op under `torch.autocast(device, dtype)` and return its output dtype."""
     device = device or device_type()
@@ -124,6 +127,7 @@ def autocast_dtypes(device: str | None = None, dtype: torch.dtype = torch.bfloat
         return {name: op().dtype for name, op in ops.items()}
 
 
+@refusal.reference
 def saved_activation_bytes(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = None) -> int:
     """Bytes autograd saves for backward in one forward of `model` (parameters and input excluded),
     in fp32 (`dtype=None`) or under autocast to `dtype`."""
@@ -136,6 +140,7 @@ def saved_activation_bytes(model: nn.Module, x: torch.Tensor, dtype: torch.dtype
     return saved["bytes"]
 
 
+@refusal.reference
 def scaler_trajectory(overflow: Sequence[bool], init_scale: float = 2.0**16, growth_interval: int = 2000,
                       device: str | None = None) -> list[dict]:
     """Drive a real `torch.amp.GradScaler` through steps whose gradients are finite or not.
@@ -251,6 +256,7 @@ def accumulation_batches(k: int, rows: int, steps: int = 5, seed: int = 0, bad=(
     return batches
 
 
+@refusal.reference
 def micro_batch_reference(k: int, rows: int, max_norm: float, steps: int = 5, seed: int = 0, lr: float = 0.05, bad=(),
                           init_scale: float = 2.0**16, growth_interval: int = 2000, elsewhere: bool = False) -> list[dict]:
     """Lesson 3's accumulation exercise done as it asks, by torch: the model, optimizer, scaler and batches of
@@ -289,6 +295,7 @@ def micro_batch_reference(k: int, rows: int, max_norm: float, steps: int = 5, se
     return trajectory
 
 
+@refusal.reference
 def accumulation_reference(k: int, rows: int, max_norm: float, steps: int = 5, seed: int = 0, lr: float = 0.05, bad=(),
                            init_scale: float = 2.0**16, growth_interval: int = 2000) -> list[dict]:
     """The reference run of lesson 3's accumulation exercise: an MLP(16, 32, 2) seeded with `seed`, SGD with `lr`,

@@ -16,6 +16,7 @@ from torch.utils.data import DistributedSampler
 
 from . import compare, data, models
 from ._validate import positive_int, positive_number
+from . import refusal
 
 
 # ---- arithmetic ----------------------------------------------------------------------------------
@@ -34,6 +35,7 @@ def shard_indices(n_samples: int, world_size: int, rank: int, drop_last: bool = 
     return list(sampler)
 
 
+@refusal.reference
 def global_batch(per_device_batch: int, world_size: int, accumulation_steps: int = 1) -> int:
     """Samples behind one optimizer step."""
     positive_int("per_device_batch", per_device_batch)
@@ -42,6 +44,7 @@ def global_batch(per_device_batch: int, world_size: int, accumulation_steps: int
     return per_device_batch * world_size * accumulation_steps
 
 
+@refusal.reference
 def linear_scaled_lr(base_lr: float, base_batch: int, new_batch: int) -> float:
     """The linear scaling rule (Goyal et al., 2017): the learning rate grows with the global batch."""
     positive_number("base_lr", base_lr)
@@ -100,6 +103,7 @@ class TrainConfig:
         return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=self.seed)
 
 
+@refusal.reference
 def reference_train(cfg: TrainConfig, world_size: int, epoch_numbers: list[int] | None = None) -> dict:
     """One process, the same global batches: at step i, the union of every rank's i-th batch.
 
@@ -133,6 +137,7 @@ def reference_train(cfg: TrainConfig, world_size: int, epoch_numbers: list[int] 
     return {"state": model.state_dict(), "losses": losses}
 
 
+@refusal.reference
 def large_batch_reference(cfg: TrainConfig, world_size: int, micro_batches: int, steps: int = 1) -> dict:
     """What accumulation must equal: `steps` plain SGD steps, each on every rank's samples of that step at once."""
     positive_int("world_size", world_size)

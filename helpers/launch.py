@@ -48,7 +48,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from . import nccl_watchdog, windows
+from . import nccl_watchdog, refusal, windows
 from ._validate import positive_int, positive_number, str_dict
 from .fresh import child_error, raise_at, start_in_background
 from .hardware import threads_per_rank
@@ -199,7 +199,7 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
     waits_s = timeout_s + nccl_watchdog.dump_wait_s({**os.environ, **env}) + DEADLINE_MARGIN_S
     windows.refuse_native("helpers.launch")  # its ranks' pipes need file descriptors: Win32 handles would fail later
     p = plan(n_procs, backend)
-    payload = cloudpickle.dumps((worker, args))
+    payload = cloudpickle.dumps((refusal.carried(worker), args))  # a hidden test's refusals go with it
     ctx = _context()
     for attempt in range(RENDEZVOUS_ATTEMPTS):
         logs = tempfile.mkdtemp(prefix="launch-")  # the ranks' stderr; removed even when a rank is killed

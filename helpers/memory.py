@@ -22,6 +22,7 @@ from torch import nn
 from ._saved import saved_bytes
 from .dataparallel import EmulatedDataParallel, TimedDataParallel, _tensors
 from .language import message, say
+from . import refusal
 
 CATEGORIES = (  # the ledger's rows, shown in the notebook's language (`say`)
     message("parameters"),
@@ -94,6 +95,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return sum(_nbytes(_tensors(state)) for state in optimizer.state.values())
 
 
+@refusal.reference
 def measure_step(model: nn.DataParallel, optimizer: torch.optim.Optimizer, inputs, targets, loss_fn) -> MemoryReport:
     """Run one training step (zero_grad, forward, loss, backward, step) and report memory per device."""
     if not isinstance(model, (EmulatedDataParallel, TimedDataParallel)):

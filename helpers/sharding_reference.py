@@ -18,6 +18,7 @@ from torch.distributed.tensor.placement_types import Shard
 
 from . import compare, data, models
 from ._validate import one_of, positive_int, positive_number
+from . import refusal
 
 # ---- the shard a rank holds ------------------------------------------------------------------------------------
 
@@ -35,6 +36,7 @@ def _shape(shape) -> tuple:
     return tuple(shape)
 
 
+@refusal.reference
 def local_shape(shape, world_size: int, rank: int) -> tuple:
     """The shape of the shard rank `rank` holds of a tensor of `shape` sharded on dim 0 over `world_size` ranks:
     DTensor's own rule (`Shard(0)`, which fully_shard uses), torch.chunk's: ceil(rows / world_size) rows per rank,
@@ -46,6 +48,7 @@ def local_shape(shape, world_size: int, rank: int) -> tuple:
     return (rows, *shape[1:])
 
 
+@refusal.reference
 def shard_rows(tensor: torch.Tensor, world_size: int, rank: int) -> torch.Tensor:
     """Rank `rank`'s rows of `tensor` (dim 0), as `local_shape` cuts them."""
     if type(tensor) is not torch.Tensor or tensor.dim() == 0:
@@ -56,12 +59,14 @@ def shard_rows(tensor: torch.Tensor, world_size: int, rank: int) -> torch.Tensor
     return tensor[offset:offset + rows].clone()
 
 
+@refusal.reference
 def shard_state(state: dict, world_size: int) -> list:
     """A full state dict as `world_size` ranks hold it: one dict of dim-0 shards per rank."""
     positive_int("world_size", world_size)
     return [OrderedDict((k, shard_rows(v, world_size, r)) for k, v in state.items()) for r in range(world_size)]
 
 
+@refusal.reference
 def reshard(shards: list, new_world_size: int) -> list:
     """The shards of N ranks (one dict of dim-0 shards each) as `new_world_size` ranks hold them."""
     if type(shards) is not list or not shards or not all(isinstance(s, dict) for s in shards):
@@ -77,6 +82,7 @@ def reshard(shards: list, new_world_size: int) -> list:
 PARAM_BYTES, GRAD_BYTES, STATE_BYTES = 2, 2, 12
 
 
+@refusal.reference
 def zero_bytes(n_parameters: int, world_size: int, stage: int, *, param_bytes: int = PARAM_BYTES,
                grad_bytes: int = GRAD_BYTES, state_bytes: int = STATE_BYTES) -> float:
     """Bytes of parameters, gradients and optimizer state per rank under ZeRO stage 0 (none: DDP), 1 (optimizer
@@ -92,6 +98,7 @@ def zero_bytes(n_parameters: int, world_size: int, stage: int, *, param_bytes: i
     return n_parameters * (param_bytes / split[0] + grad_bytes / split[1] + state_bytes / split[2])
 
 
+@refusal.reference
 def step_traffic(n_bytes: int, world_size: int, stage: int) -> float:
     """Bytes each rank sends per step, ring algorithms: DDP and ZeRO-1/2 reduce-scatter the gradients and all-gather
     the parameters once (as much as an all-reduce: 2(N-1)/N x bytes); ZeRO-3 all-gathers the parameters twice,
@@ -147,6 +154,7 @@ class ShardConfig:
         return x[rank * self.batch_size:(rank + 1) * self.batch_size], y[rank * self.batch_size:(rank + 1) * self.batch_size]
 
 
+@refusal.reference
 def reference_adam(cfg: ShardConfig, world_size: int) -> dict:
     """One process, plain Adam, the global batches: the weights ({"state"}) and Adam's state flattened in the order
     of model.parameters() ({"exp_avg", "exp_avg_sq"}) that a sharded run must end with."""
@@ -163,6 +171,7 @@ def reference_adam(cfg: ShardConfig, world_size: int) -> dict:
     return {"state": model.state_dict(), **flat}
 
 
+@refusal.reference
 def flat_shard(flat: torch.Tensor, world_size: int, rank: int) -> torch.Tensor:
     """Rank `rank`'s slice of a flat vector padded with zeros to a multiple of `world_size`: what ZeRO-1 by hand
     gives each rank."""
@@ -183,6 +192,7 @@ KINDS = ("plain", "ddp", "fsdp")
 WRAPPERS = ("module.", "_orig_mod.")  # DDP's (and DataParallel's) prefix, torch.compile's
 
 
+@refusal.reference
 def converted(state_dict: dict, to: str) -> OrderedDict:
     """`state_dict` (from a plain, a DDP, a compiled or an FSDP2 model) with the keys a model of kind `to` loads:
     a plain model's names for "plain" and "fsdp" (fully_shard keeps the names), with "module." for "ddp". A wrapper's

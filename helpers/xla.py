@@ -17,6 +17,7 @@ import time
 
 from . import fresh, hardware, tpu_precision, versions
 from ._validate import boolean, one_of, positive_int, positive_number
+from . import refusal
 
 # Part B needs a torch_xla of the same minor as torch (versions.PART_B_WHERE says where one exists). Where this
 # runtime lacks it and a matching wheel exists, lesson 4's setup cell offers it (INSTALL_TORCH_XLA).
@@ -112,6 +113,7 @@ def _metric_count(name: str) -> int:
     return int(data[0]) if data else 0
 
 
+@refusal.reference
 def count_compiles(batch_sizes, lengths=None, optimizer: str = "sgd", item_every_step: bool = False,
                    sync_every_step: bool = True, pad_to=None, features: int = 8) -> dict:
     """Train a small model on one XLA device and count graph compilations and executions.

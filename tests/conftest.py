@@ -42,7 +42,7 @@ ANYWHERE = ("tests/test_xla.py", "tests/test_answers.py::test_answer_is_judged_r
             "tests/test_forkserver.py", "tests/test_warm_up.py", "tests/test_launch.py", "tests/test_ddp.py",
             "tests/test_amp.py", "tests/test_sharding.py",
             "tests/test_exchange.py", "tests/test_selfcheck.py",  # grading in the sandbox: kernels on unix sockets
-            "tests/test_hidden_grading.py", "tests/test_hidden_seeds.py",
+            "tests/test_hidden_grading.py", "tests/test_hidden_seeds.py", "tests/test_refusal.py",
             "tests/test_time_limits.py")  # grading in the sandbox and out of it (its kernels' ports: ephemeral ones)
 # Lightning's DDP on gloo (its port from the ephemeral range, taken by a bind to port 0 long before its rank 0 listens)
 ON_THE_NETWORK = ("tests/test_xla.py::test_lightning_inserts_a_distributed_sampler",)

@@ -68,3 +68,15 @@ def test_every_reference_the_audit_names_exists():
     for module, names in audit.REFERENCES.items():
         found = importlib.import_module(module)
         assert all(callable(getattr(found, name, None)) for name in names), module
+
+
+def test_the_audits_references_are_the_functions_refused_where_hidden_tests_run():
+    """helpers/refusal.py refuses the functions marked @refusal.reference; the audit flags calls of those it names."""
+    marked = set()
+    for path in sorted((REPO / "helpers").glob("*.py")):
+        module = importlib.import_module(f"helpers.{path.stem}")
+        marked |= {(module.__name__, name) for name, value in vars(module).items()
+                   if getattr(value, "judges_reference", False) and value.__module__ == module.__name__}
+    named = {(getattr(importlib.import_module(module), name).__module__, name)
+             for module, names in audit.REFERENCES.items() if module != "helpers.grading" for name in names}
+    assert marked == named and len(marked) == 23

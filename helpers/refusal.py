@@ -1,0 +1,120 @@
+"""The judge's references, refused to a student's code where a hidden test runs.
+
+The grader's judge (graders/judge.py) compares a student's results with what torch computes in the judge's own
+process, from the functions marked `@reference` here (the single-process trainings, ZeRO's bytes, the shard shapes...).
+An answer that calls one where its hidden test runs (graders/hidden_runs.py) would hand the judge its own answer. That
+run calls `refuse()` before the first answer cell, and from then on a reference raises ReferenceRefused when
+
+* any frame on the stack is code of the notebook's that is not the instructor's (an answer cell's, a function it
+  defined, code it ran from a string), or a module outside the course's helpers and the installed libraries, or
+* it is called from another thread than the main one (a thread's stack does not show who started it), or
+* it is called straight from the instructor's cells but is none of those the instructor's cells name: the student's
+  own name for it (`my_shapes = sharding.local_shape`, a `functools.partial` of it) reaches it from there.
+
+What identifies the instructor's cells is their code's file names, as ipykernel names a cell's code (from its text),
+computed before any answer ran; a kernel that is told to name cells otherwise (IPYKERNEL_CELL_NAME) refuses every
+reference from then on (`answer_ran`, after each answer cell). The processes the course's launchers start from a
+refusing process (helpers.launch's ranks, helpers.fresh's jobs) refuse as it does (`carried`). Anywhere else (the
+lessons, the visible checks, the judge) a reference is a plain function.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+import threading
+
+CELL_NAME = "IPYKERNEL_CELL_NAME"  # ipykernel names every cell's code by this variable when it is set
+_state = None  # once refusing: (the instructor's cells' file names, the references those cells name), or REFUSE_ALL
+REFUSE_ALL = "all"
+
+
+class ReferenceRefused(RuntimeError):
+    """A reference the judge uses, reached by a student's code where a hidden test runs."""
+
+
+def reference(fn):
+    """Mark `fn` as one of the judge's references (the module's docstring)."""
+    name = f"{fn.__module__}.{fn.__name__}"
+
+    @functools.wraps(fn)
+    def judged(*args, **kwargs):
+        if _state is not None and _refused(fn.__name__, sys._getframe(1)):
+            raise ReferenceRefused(f"{name} is the grader's reference: the hidden tests refuse it to an answer "
+                                   "(write the exercise's code yourself)")
+        return fn(*args, **kwargs)
+
+    judged.judges_reference = True
+    return judged
+
+
+def refuse(instructor_sources, instructor_names) -> None:
+    """From now on, refuse the references (the module's docstring). `instructor_sources`: the text of every cell of the
+    instructor's this kernel runs; `instructor_names`: the names of references those cells call."""
+    global _state
+    from ipykernel.compiler import get_file_name
+    from IPython.core.interactiveshell import InteractiveShell
+
+    _BASES.add(InteractiveShell.run_code.__code__)
+
+    if CELL_NAME in os.environ:
+        _state = REFUSE_ALL
+        return
+    _state = (frozenset(get_file_name(source) for source in instructor_sources), frozenset(instructor_names))
+
+
+def answer_ran() -> None:
+    """After an answer cell: a kernel told to name the cells' code otherwise could name it as the instructor's."""
+    global _state
+    if _state is not None and CELL_NAME in os.environ:
+        _state = REFUSE_ALL
+
+
+def refusing() -> bool:
+    return _state is not None
+
+
+def carried(fn):
+    """`fn` as a launcher ships it to a new process: refusing there as here."""
+    return functools.partial(_refusing_as, _state, fn) if _state is not None else fn
+
+
+def _refusing_as(state, fn, *args, **kwargs):
+    __tracebackhide__ = True
+    global _state
+    _state = state
+    return fn(*args, **kwargs)
+
+
+_BASES = {_refusing_as.__code__}  # and IPython's, where a cell runs (`refuse`)
+
+
+def _refused(name: str, caller) -> bool:
+    if _state == REFUSE_ALL or threading.current_thread() is not threading.main_thread():
+        return True
+    instructor_files, instructor_names = _state
+    if not _module_code(caller) and (caller.f_code.co_filename not in instructor_files or name not in instructor_names):
+        return True
+    frame = caller
+    while frame is not None and frame.f_code not in _BASES:  # below a base: the kernel's or the launcher's machinery
+        if not _module_code(frame) and frame.f_code.co_filename not in instructor_files:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _module_code(frame) -> bool:
+    """Code of a module of the course's helpers, the standard library or an installed library, not a notebook's
+    cell's (nor the submission folder's, nor text run as code: its file name is the caller's choice)."""
+    file = frame.f_code.co_filename
+    return file.startswith("<frozen ") or os.path.realpath(file).startswith(_trusted_roots())
+
+
+@functools.lru_cache(maxsize=1)
+def _trusted_roots() -> tuple:
+    paths = sysconfig.get_paths()
+    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    roots.add(os.path.dirname(os.path.abspath(__file__)))
+    return tuple(os.path.realpath(root) + os.sep for root in roots)

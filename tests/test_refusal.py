@@ -1,0 +1,129 @@
+"""Issue 40: the judge's references are refused to a student's code where the hidden tests run (helpers/refusal.py),
+whatever route reaches them (a call, an alias, a partial, a thread, text run as code, a launched rank, a fresh process,
+cells renamed), while the instructor's own calls in that run go through."""
+
+import functools
+import threading
+
+import nbformat
+import pytest
+from ipykernel.compiler import get_file_name
+
+from conftest import REPO
+from graders import hidden_runs
+from helpers import fresh, grading, refusal, sharding
+
+INSTRUCTOR_CALL = "shards = sharding.shard_state(state, 2)\n"  # a hidden test's own use of a reference
+CHEATS = {  # an answer cell, then the instructor's cell that calls the student's function
+    "a call in the answer": ("def f(n):\n    return sharding.zero_bytes(n, 2, 1)\n", "f(10)\n"),
+    "an alias by import": ("from helpers.sharding import local_shape\n", "local_shape((5, 3), 2, 1)\n"),
+    "an alias by assignment": ("zero_bytes_per_rank = sharding.zero_bytes\n", "zero_bytes_per_rank(10, 2, 1)\n"),
+    "a partial": ("import functools\nf = functools.partial(sharding.zero_bytes, stage=1)\n", "f(10, 2)\n"),
+    "a thread": ("import threading\ndef f(n):\n    out = []\n    def call():\n        try:\n"
+                 "            out.append(sharding.local_shape((n, 3), 2, 1))\n        except Exception as error:\n"
+                 "            out.append(error)\n    t = threading.Thread(target=call)\n    t.start()\n    t.join()\n"
+                 "    if isinstance(out[0], Exception):\n        raise out[0]\n    return out[0]\n", "f(5)\n"),
+    "text run as code": ("exec('def f(n):\\n    return sharding.zero_bytes(n, 2, 1)')\n", "f(10)\n"),
+}
+
+
+def _run(cells, names=("shard_state",)):
+    """`cells` [(source, the instructor's?)] as a hidden run runs them, refusing from the first on; the namespace."""
+    state = (frozenset(get_file_name(source) for source, instructor in cells if instructor), frozenset(names))
+    namespace = {"__name__": "__main__", "sharding": sharding, "state": {"w": sharding_tensor()}}
+    for source, _ in cells:
+        refusal._refusing_as(state, exec, compile(source, get_file_name(source), "exec"), namespace)
+    return namespace
+
+
+def sharding_tensor():
+    import torch
+
+    return torch.arange(12.0).reshape(4, 3)
+
+
+@pytest.fixture(autouse=True)
+def _not_refusing():
+    yield
+    refusal._state = None
+
+
+def test_the_instructors_calls_go_through_and_the_references_are_plain_functions_elsewhere():
+    assert sharding.local_shape((5, 3), 2, 1) == (2, 3) and not refusal.refusing()
+    namespace = _run([("import torch\n", True), (INSTRUCTOR_CALL, True)])
+    assert [s["w"].shape[0] for s in namespace["shards"]] == [2, 2]
+
+
+@pytest.mark.parametrize("route", CHEATS)
+def test_a_reference_is_refused_to_an_answer_whatever_the_route(route):
+    answer, instructor = CHEATS[route]
+    with pytest.raises(refusal.ReferenceRefused):
+        _run([(answer, False), (instructor, True)])
+
+
+def test_an_answer_of_the_instructors_name_does_not_make_the_reference_the_instructors():
+    """A bare name in the instructor's cell is the student's function, never permission for a reference of that name."""
+    with pytest.raises(refusal.ReferenceRefused):
+        _run([("from helpers.sharding import shard_state as reshard\n", False), ("reshard(state, 2)\n", True)],
+             names=hidden_runs._names("reshard(state, 2)\n"))
+
+
+def test_cells_named_otherwise_refuse_every_reference():
+    """ipykernel names every cell's code by IPYKERNEL_CELL_NAME when set: an answer could name later cells as the
+    instructor's. After it, nothing is the instructor's any more."""
+    refusal._state = (frozenset(), frozenset({"shard_state"}))
+    refusal.answer_ran()
+    assert refusal._state != refusal.REFUSE_ALL
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(refusal.CELL_NAME, "/tmp/instructor.py")
+        refusal.answer_ran()
+    assert refusal._state == refusal.REFUSE_ALL
+    with pytest.raises(refusal.ReferenceRefused):
+        refusal._refusing_as(refusal._state, sharding.shard_state, {"w": sharding_tensor()}, 2)
+
+
+def test_a_refusing_process_ships_its_refusals_to_the_processes_it_starts():
+    def job():
+        from helpers import sharding
+
+        return sharding.local_shape((5, 3), 2, 1)
+
+    assert fresh.run(job, timeout_s=120) == (2, 3)
+    refusal._state = (frozenset(), frozenset())
+    with pytest.raises(Exception, match="ReferenceRefused"):
+        fresh.run(job, timeout_s=120)
+    assert isinstance(refusal.carried(job), functools.partial) and threading.current_thread() is threading.main_thread()
+
+
+def test_a_hidden_run_refuses_them_in_the_kernel_and_in_launched_ranks(tmp_path):
+    """Lesson 5's hidden run (graders/hidden_runs.py), with answers that reach references: in a collect, in a rank of a
+    launch, by an alias of the exercise's own name. Every one fails its collect; the solution's answers go through."""
+    import nbclient
+
+    lesson = "05-sharding"
+    solution = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    submission = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    cheats = {"shard_shape": "from helpers.sharding import local_shape\n",
+              "zero_bytes": "def zero_bytes_per_rank(n_parameters, world_size, stage):\n"
+                            "    return sharding.zero_bytes(n_parameters, world_size, stage)\n",
+              "zero1": "def zero1_step(model, shard, optimizer):\n    sharding.flat_shard(shard, 2, 0)\n"}
+    for cell in submission.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") in cheats and cell.metadata["nbgrader"].get("solution"):
+            cell.source = cheats[cell.metadata["nbgrader"]["grade_id"]]
+    graded = ["shard_shape_tests", "zero_bytes_tests", "zero1_tests", "reshard_tests", "quiz_tests"]
+    cells = hidden_runs.refusing(hidden_runs.needed(hidden_runs.program(solution, submission, graded, 1234)))
+    run = nbformat.v4.new_notebook(cells=cells, metadata=solution.metadata)
+    nbclient.NotebookClient(run, timeout=300, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(REPO / "solutions" / lesson)}}).execute()
+    failed, refused = {}, {}
+    for cell in run.cells:
+        part = cell.metadata[hidden_runs.PART]
+        errors = " ".join(f"{o['ename']} {o['evalue']}" for o in cell.outputs if o.get("output_type") == "error")
+        collected = " ".join(o["data"][grading.MIME] for o in cell.outputs if grading.MIME in o.get("data", {}))
+        if part["kind"] in ("tests", "collect"):  # (a test cell whose visible checks the hidden part reuses runs them)
+            failed[part["grade_id"]] = failed.get(part["grade_id"], "") + errors
+            refused[part["grade_id"]] = refused.get(part["grade_id"], "") + errors + collected  # ("raised", its class)
+        else:
+            assert not errors, (part, errors)
+    assert all("ReferenceRefused" in refused[g + "_tests"] for g in cheats), refused
+    assert failed["reshard_tests"] == failed["quiz_tests"] == "", "the instructor's own calls (sharding.shard_state)"
