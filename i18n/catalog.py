@@ -146,23 +146,61 @@ def literals(source: str) -> list[tuple[int, int, str]]:
     starts = [0]
     for line in code.split("\n"):
         starts.append(starts[-1] + len(line) + 1)
+    found, shown = [], [(value, needs) for node in ast.walk(tree) for value, needs in _shown(node)]
+    placed = [value.value for f_string, _ in shown if isinstance(f_string, ast.JoinedStr)
+              for value in f_string.values if isinstance(value, ast.FormattedValue)]  # f"{'Adam state':>12}"
+    shown += [(e, True) for v in placed for e in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+    labels = _labels(tree.body)
+    texts = {label.value for label in labels if isinstance(label, ast.Constant)}
+    shown += [(node, False) for node in [*labels, *ast.walk(tree)] if node in labels
+              or isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in texts]
+    for value, needs_words in shown:
+        if not isinstance(value, (ast.Constant, ast.JoinedStr)) or (
+                isinstance(value, ast.Constant) and not isinstance(value.value, str)):
+            continue
+        start = _offset(code, starts, value.lineno, value.col_offset)
+        end = _offset(code, starts, value.end_lineno, value.end_col_offset)
+        if not needs_words or SHORT_WORD.search(_outside_placeholders(value)):
+            found.append((start, end, source[start:end]))
+    # a placeholder's string inside an f-string that is a message itself is code of that message: the message's
+    # translation keeps it as it is (literal_problem)
+    return sorted({(a, b, t) for a, b, t in found if not any(c <= a and b <= d and (c, d) != (a, b) for c, d, _ in found)})
+
+
+def _labels(body) -> list:
+    """The names a cell gives its runs, cases and rows at its top level (never in a function: a worker's keys are
+    data), which its prints, tables and figures show: the strings of a literal it loops over, the keys of a dict
+    literal it names, the keys it stores under (`runs["8 virtual XLA:CPU devices"] = ...`). Every use of the same text
+    in the cell is translated with them (a lookup, an assert's expected keys), so the cell still runs."""
     found = []
-    for node in ast.walk(tree):
-        for value, needs_words in _shown(node):
-            if not isinstance(value, (ast.Constant, ast.JoinedStr)) or (
-                    isinstance(value, ast.Constant) and not isinstance(value.value, str)):
-                continue
-            start = _offset(code, starts, value.lineno, value.col_offset)
-            end = _offset(code, starts, value.end_lineno, value.end_col_offset)
-            if not needs_words or SHORT_WORD.search(_outside_placeholders(value)):
-                found.append((start, end, source[start:end]))
-    return sorted(set(found))
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        literal = (node.iter if isinstance(node, ast.For) else node.value if isinstance(node, ast.Assign) else None)
+        looped = [literal, *literal.args] if isinstance(node, ast.For) and isinstance(literal, ast.Call) else [literal]
+        for value in looped if isinstance(node, ast.For) else []:  # `for x in [...]`, `for a, x in zip(b, [...])`
+            if isinstance(value, (ast.List, ast.Tuple)):
+                found += [e for item in value.elts for e in (item.elts if isinstance(item, ast.Tuple) else [item])]
+        if isinstance(literal, ast.Dict):
+            found += literal.keys
+        if isinstance(node, ast.Assign):
+            targets = [e for t in node.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+            found += [t.slice for t in targets if isinstance(t, ast.Subscript)]
+        for field in ("body", "orelse", "finalbody"):
+            found += _labels(getattr(node, field, []))
+    return [n for n in found if isinstance(n, (ast.Constant, ast.JoinedStr)) and _a_label(n)]
+
+
+def _a_label(node) -> bool:
+    text = node.value if isinstance(node, ast.Constant) else _outside_placeholders(node)
+    return isinstance(text, str) and " " in text.strip() and bool(WORD.search(text))
 
 
 SHORT_WORD = re.compile(r"[^\W\d_]{2,}")  # "in fp16:" is a message too
 LABELS = {"title", "set_title", "suptitle", "xlabel", "ylabel", "set_xlabel", "set_ylabel", "text", "annotate",
           "legend", "set_description",  # matplotlib's and tqdm's calls whose strings a figure or a bar shows
-          "plot_bars", "plot_losses", "plot_phases", "plot_memory"}  # the course's (helpers/plotting.py): labels too
+          "plot_bars", "plot_losses", "plot_phases", "plot_memory",  # the course's (helpers/plotting.py): labels too
+          "MemoryReport"}  # a ledger's label (helpers/memory.py), which its table and figure show
 LABEL_KEYWORDS = {"label", "title", "xlabel", "ylabel", "desc"}
 
 

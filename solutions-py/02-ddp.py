@@ -101,8 +101,8 @@ dp_seconds, dp_report = ddp.dataparallel_step_time(**shape)
 ddp_ranks = launch.launch(ddp.step_time_worker, WORLD, args=tuple(shape.values()))
 ddp_report = memory.MemoryReport([r["memory"] for r in ddp_ranks], "DDP ranks, ledger" if "parameters" in ddp_ranks[0]["memory"] else memory.MEASURED)
 
-print(f"DataParallel ({'emulated' if dp_report.emulated else 'CUDA'}): {dp_seconds * 1e3:.1f} ms per step, "
-      f"device 0 / device 1 memory = {dp_report.imbalance_ratio:.2f}")
+print("DataParallel (emulated):" if dp_report.emulated else "DataParallel (CUDA):",
+      f"{dp_seconds * 1e3:.1f} ms per step, device 0 / device 1 memory = {dp_report.imbalance_ratio:.2f}")
 print(f"DDP ({launch.plan(WORLD).backend}): {max(r['seconds'] for r in ddp_ranks) * 1e3:.1f} ms per step, "
       f"rank 0 / rank 1 memory = {ddp_report.imbalance_ratio:.2f}")
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)

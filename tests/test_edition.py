@@ -142,6 +142,55 @@ def test_every_string_a_cell_shows_is_a_message():
         '"bf16 autocast"', '"training"', '"en"']
 
 
+def test_the_names_a_cell_gives_its_runs_and_its_headers_are_messages_and_the_keys_it_reads_are_not():
+    """Issue 41: a cell's labels reach the student through its table, its print or its figure (a loop's cases, a dict
+    literal's keys, a header in a print's placeholder), and every use of the label's text in the cell goes with it. A
+    key read from data (a worker's result, a helper's row) and a worker's own keys stay as the code has them."""
+    source = '\n'.join([
+        'for name, wrap in [("one device", False), ("DataParallel, 2 devices", True)]:',
+        '    curves[name] = train(wrap)',
+        'runs = {"step 1 overflows": [True], "no sync in the loop": [False]}',
+        'assert counted == {"step 1 overflows": 1}, counted',
+        'for ax, (mode, name) in zip(axes, (("ddp", "DDP"), ("fsdp", "FSDP2 (ZeRO-3)"))):',
+        '    print(f"{\'rank\':>5}{\'Adam state\':>12} {\'emulated\' if fake else \'CUDA\'}", b["optimizer state"])',
+        'if XLA:',
+        '    runs["8 virtual XLA:CPU devices"], log = run(8)',
+        'report = memory.MemoryReport(rows, "DDP ranks, ledger" if ledger else memory.MEASURED)',
+        'print(f"holds {r[\'state elements\']}", saved[0]["value types"])',
+        'def worker(rank):',
+        '    return {"file on my disk": True, "rank name": {"a b": 1}}',
+    ])
+    found = [text for _, _, text in catalog.literals(source)]
+    assert sorted(found) == sorted([
+        '"one device"', '"DataParallel, 2 devices"', '"step 1 overflows"', '"no sync in the loop"', '"step 1 overflows"',
+        '"FSDP2 (ZeRO-3)"',
+        "'rank'", "'Adam state'", "'emulated'", "'CUDA'", '"8 virtual XLA:CPU devices"', '"DDP ranks, ledger"',
+        'f"holds {r[\'state elements\']}"']), found
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_the_turkish_code_keeps_english_only_in_what_it_reads_as_data(lesson):
+    """Every string of two words or more left as the English has it in a Turkish cell is data, not something a run
+    shows: a key read from a result, a worker's own, a pattern, a package to install (the labels of issue 41's review,
+    "small MLP (32-64-4)" and "DDP ranks, ledger" among them, were English in the Turkish lessons' runs)."""
+    english = {c.id: c.source for c in nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4).cells}
+    turkish = nbformat.read(REPO / "notebooks" / "tr" / lesson / f"{lesson}.ipynb", as_version=4)
+    left = []
+    for cell in turkish.cells:
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(catalog.visible_code(cell.source))
+        data = {id(n) for node in ast.walk(tree) for n in ast.walk(node) if isinstance(node, (
+            ast.FunctionDef, ast.Lambda)) or isinstance(node, ast.Subscript) and n is node.slice and isinstance(
+            node.ctx, ast.Load) or isinstance(node, ast.Expr) and n is node.value}  # functions' bodies, keys, docstrings
+        data |= {id(n.args[0]) for n in ast.walk(tree) if isinstance(n, ast.Call) and n.args and
+                 getattr(n.func, "attr", None) in ("search", "match", "fullmatch", "compile")}  # patterns
+        left += [(cell.id, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and id(n) not in data and sum(bool(re.fullmatch(r"[A-Za-z]{3,}[,.:;]?", w)) for w in n.value.split()) >= 2
+                 and repr(n.value)[1:-1] in english.get(cell.id, "") and "@ git+" not in n.value]
+    assert not left, left
+
+
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_the_setup_cell_speaks_the_editions_language(lesson):
     """Its errors (Kaggle's "turn Internet on" among them) are translated, and it tells the helpers the edition's
