@@ -42,6 +42,8 @@ def test_study_times_are_said_in_the_editions_words():
     assert build.study_time("01-dataparallel", "tr") == "1–1,5 sa"
     assert build.study_time("02-ddp", "tr") == "2–3 sa"
     assert not re.search(r"\d h\b", build.landing_page(LESSONS, "tr"))
+    with pytest.raises(ValueError, match="lang"):
+        build.study_time("01-dataparallel", "de")
 
 
 @pytest.mark.parametrize("lang", ["en", "tr"])

@@ -74,11 +74,9 @@ def machine_paths_removed(text: str, root: Path | str = REPO) -> str:
 
 
 def _without_machine_paths(value, root):
-    if isinstance(value, str):
-        return machine_paths_removed(value, root)
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return [machine_paths_removed(v, root) for v in value]
-    return value
+    return machine_paths_removed(value, root) if isinstance(value, str) else value
 
 
 def _output_without_machine_paths(output: dict, root: Path | str = REPO) -> nbformat.NotebookNode:
@@ -225,6 +223,8 @@ def lesson_title(lesson: str, lang: str = "en") -> str:
 
 def study_time(lesson: str, lang: str = "en") -> str:
     """A lesson's study time in the edition's words ("1–1.5 h", "1–1,5 sa")."""
+    if lang not in HOURS:
+        raise ValueError(f"lang must be one of {sorted(HOURS)}, got {lang!r}")
     unit, mark = HOURS[lang]
     low, high = STUDY_TIME.get(lesson, (1, 2))
     return unit.format("–".join(f"{hours:g}".replace(".", mark) for hours in (low, high)))
