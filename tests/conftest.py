@@ -46,7 +46,9 @@ ANYWHERE = ("tests/test_xla.py", "tests/test_answers.py::test_answer_is_judged_r
             "tests/test_time_limits.py")  # grading in the sandbox and out of it (its kernels' ports: ephemeral ones)
 # Lightning's DDP on gloo (its port from the ephemeral range, taken by a bind to port 0 long before its rank 0 listens)
 ON_THE_NETWORK = ("tests/test_xla.py::test_lightning_inserts_a_distributed_sampler",)
-HEAVIEST_FIRST = ("tests/test_runtimes.py", "04-accelerate-tpu", "tests/test_xla.py", "tests/test_setup_cell.py",
+# Heaviest first; but a test that mostly waits (a wall-clock backstop: 2 x 30 s) first of all, while the other workers
+# keep both cores busy: scheduled last, it left them idle for the last two minutes of a run (2026-12-06).
+HEAVIEST_FIRST = ("tests/test_time_limits.py", "tests/test_runtimes.py", "04-accelerate-tpu", "tests/test_xla.py", "tests/test_setup_cell.py",
                   "02-ddp", "05-sharding", "tests/test_degenerate.py", "tests/test_backend_behaviour.py",
                   "03-amp", "tests/test_sharding.py", "tests/test_tracebacks.py", "tests/test_forkserver.py",
                   "tests/test_warm_up.py", "tests/test_launch.py", "tests/test_ddp.py", "01-dataparallel")
@@ -211,8 +213,10 @@ _module_times: dict = {}
 
 def pytest_runtest_logreport(report):
     module = report.nodeid.split("::")[0]
-    entry = _module_times.setdefault(module, {"seconds": 0.0, "worker": getattr(report, "node", None) and report.node.gateway.id})
+    entry = _module_times.setdefault(module, {"seconds": 0.0, "worker": getattr(report, "node", None) and report.node.gateway.id,
+                                              "start": report.start, "stop": report.stop})
     entry["seconds"] += report.duration
+    entry["start"], entry["stop"] = min(entry["start"], report.start), max(entry["stop"], report.stop)
 
 
 def pytest_sessionfinish(session):

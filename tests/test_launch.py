@@ -407,6 +407,9 @@ def test_a_lost_connection_is_reported_as_the_peer_failure_it_echoes(monkeypatch
     def worker(rank, world_size):
         import time
 
+        import torch.distributed as dist
+
+        dist.barrier()  # both ranks past forming the group (on a loaded machine rank 1 was still forming it: 2026-12-06)
         if rank == 0:
             raise RuntimeError("[gloo/transport/tcp/pair.cc:547] Connection closed by peer [127.0.0.1]:41116")
         time.sleep(0.2)
