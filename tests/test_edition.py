@@ -169,6 +169,20 @@ def test_the_names_a_cell_gives_its_runs_and_its_headers_are_messages_and_the_ke
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
+def test_a_label_is_read_only_in_the_cell_that_names_it(lesson):
+    """A label is translated with every use of its text in its own cell: another cell that looked a run up by the
+    English name would fail in the Turkish edition (a KeyError in a demonstration, which make test runs in English)."""
+    nb = nbformat.read(REPO / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    labels = {label.value: cell.id for cell in code for label in catalog._labels(ast.parse(catalog.visible_code(
+        cell.source)).body) if isinstance(label, ast.Constant)}
+    elsewhere = [(text, owner, cell.id) for cell in code for node in ast.walk(ast.parse(catalog.visible_code(cell.source)))
+                 if isinstance(node, ast.Constant) and (owner := labels.get(node.value)) not in (None, cell.id)
+                 for text in [node.value]]
+    assert not elsewhere, elsewhere
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
 def test_the_turkish_code_keeps_english_only_in_what_it_reads_as_data(lesson):
     """Every string of two words or more left as the English has it in a Turkish cell is data, not something a run
     shows: a key read from a result, a worker's own, a pattern, a package to install (the labels of issue 41's review,
