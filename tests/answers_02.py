@@ -597,6 +597,10 @@ QUIZ_RIGHT = {
 quiz = {"q1": len(DistributedSampler(range(10), num_replicas=4, rank=0, shuffle=False)), "q2": "b", "q3": "b",
         "q4": "b", "q5": ddp.linear_scaled_lr(0.1, 128, ddp.global_batch(64, 4, 2))}
 ''',
+    "computed with torch and by hand": '''
+quiz = {"q1": len(DistributedSampler(range(10), num_replicas=4, rank=0, shuffle=False)), "q2": "b", "q3": "b",
+        "q4": "b", "q5": 0.1 * (64 * 4 * 2) / 128}
+''',
     "capital letters, key by key": '''
 quiz = {}
 quiz["q1"] = -(-10 // 4)

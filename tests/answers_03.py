@@ -155,6 +155,10 @@ for op, fn in amp.probe_ops(DEVICE).items():
     with torch.autocast(DEVICE, dtype=torch.bfloat16):
         predicted[op] = fn().dtype
 ''',
+                "a comprehension over the probes, in one autocast": '''
+with torch.autocast(DEVICE, dtype=torch.bfloat16):
+    predicted = {op: fn().dtype for op, fn in amp.probe_ops(DEVICE).items()}
+''',
                 "written out by the rules": '''
 if DEVICE == "cuda":  # CUDA autocast runs its fp32 list in fp32
     stays_low = ("linear", "matmul", "conv2d", "relu(linear)")
@@ -193,6 +197,18 @@ def scaler_after(overflow, init_scale, growth_interval):
     return float(init_scale) * factor, sum(1 for bad in overflow if bad)
 ''',
                 "the solution": scaler(),
+                "the state in a dict": '''
+def scaler_after(overflow, init_scale, growth_interval):
+    state = {"scale": float(init_scale), "clean": 0, "skipped": 0}
+    for bad in overflow:
+        if bad:
+            state.update(scale=state["scale"] / 2, clean=0, skipped=state["skipped"] + 1)
+        else:
+            state["clean"] += 1
+            if state["clean"] == growth_interval:
+                state.update(scale=state["scale"] * 2, clean=0)
+    return state["scale"], state["skipped"]
+''',
             },
             "wrong": {
                 "a floor at 1.0": scaler(on_overflow="scale = max(1.0, scale * 0.5); clean = 0; skipped += 1"),

@@ -5,7 +5,9 @@ The lesson's setup and import cells run once per lesson; each answer then runs i
 followed by the exercise's test cell split as grading splits it (graders/judge.py): the visible tests (for a
 wrong answer, only their definitions, as a hidden run takes them: graders/hidden_runs.py), the hidden setup and the
 collect part in the answer's namespace (the kernel's side), then the judge part in a namespace of its own made from
-the prelude cells, the setup and the collected data only (the judge's side).
+the prelude cells, the setup and the collected data only (the judge's side). A right answer and the kernel's side run
+with the judge's references refused to the answer, as in a hidden run (helpers/refusal.py): no right answer may lose
+its points to a refusal.
 All in this process (no kernel: a few seconds for a whole lesson). How nbgrader turns a cell into points
 (stderr, errors) is tested by test_grading.py.
 """
@@ -19,6 +21,7 @@ import pytest
 from answers import ANSWERS
 from conftest import REPO
 from graders import hidden_runs, judge
+from helpers import refusal
 
 CASES = [(lesson, exercise, kind, name) for lesson, exercises in ANSWERS.items() for exercise, kinds in exercises.items()
          for kind in ("right", "wrong") for name in kinds[kind]]
@@ -57,11 +60,23 @@ def judge_namespaces():
     return get
 
 
+INSTRUCTOR, ANSWER = "<the instructor's cell>", "<the answer cell>"  # the code's file names, as a hidden run tells them
+
+
+def _refusing(code, namespace, source):
+    """exec(code) as a hidden run runs it: references refused to anything but the instructor's `source`."""
+    try:
+        refusal._refusing_as((frozenset({INSTRUCTOR}), frozenset(hidden_runs._names(source))), exec, code, namespace)
+    finally:
+        refusal._state = None
+
+
 def _run_as_graded(source, namespace, judged):
-    """The kernel's side in `namespace`, then the judge's side in `judged`."""
+    """The kernel's side in `namespace` (the references refused to the answer), then the judge's side in `judged`."""
     parts = judge.split(source)
     assert parts is not None, "every graded cell's hidden tests are split into setup, collect and judge"
-    exec(parts["visible"] + "\n" + parts["setup"] + "\n" + parts["collect"], namespace)
+    _refusing(compile(parts["visible"] + "\n" + parts["setup"] + "\n" + parts["collect"], INSTRUCTOR, "exec"), namespace,
+              source)
     exec(parts["setup"], judged)
     judged["_got"] = namespace["_got"]
     exec(parts["judge"], judged)
@@ -92,8 +107,13 @@ def test_answer_is_judged_right(namespaces, judge_namespaces, lesson, exercise, 
     a student cannot reach: whenever its collect part runs, the judge part alone must reject the data (except for
     exercises that launch processes, where failing anywhere counts: running them twice is too slow)."""
     namespace, judged = namespaces(lesson), judge_namespaces(lesson)
-    exec(ANSWERS[lesson][exercise][kind][name], namespace)
     source = _test_cell(lesson, exercise)
+    try:
+        _refusing(compile(ANSWERS[lesson][exercise][kind][name], ANSWER, "exec"), namespace, source)
+    except Exception:  # noqa: BLE001 - an answer cell that fails (a reference refused): no function, no points
+        if kind == "right":
+            raise
+        return
     with contextlib.redirect_stdout(io.StringIO()):
         if kind == "right":
             _run_as_graded(source, namespace, judged)
@@ -103,12 +123,12 @@ def test_answer_is_judged_right(namespaces, judge_namespaces, lesson, exercise, 
         else:
             collect = parts["setup"] + "\n" + parts["collect"]
             try:  # what a hidden run takes of the visible part: its definitions, without its checks
-                exec(hidden_runs.tests_part(parts["visible"], collect), namespace)
+                _refusing(compile(hidden_runs.tests_part(parts["visible"], collect), INSTRUCTOR, "exec"), namespace, source)
             except Exception:  # noqa: BLE001
                 pass
             try:
-                exec(collect, namespace)
-            except Exception:  # noqa: BLE001 - the answer crashed on hidden inputs: no data, no points
+                _refusing(compile(collect, INSTRUCTOR, "exec"), namespace, source)
+            except Exception:  # noqa: BLE001 - the answer crashed on hidden inputs (or was refused): no data, no points
                 return
             exec(parts["setup"], judged)
             judged["_got"] = namespace["_got"]

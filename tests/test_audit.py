@@ -4,7 +4,7 @@ for review, every honest answer of the corpus is not, and a flag is in the grade
 import nbformat
 import pytest
 
-from answers import ANSWERS
+from answers import ANSWERS, CALL_A_REFERENCE
 from conftest import REPO
 from graders import audit, judge
 
@@ -12,11 +12,6 @@ LESSONS = ["01-dataparallel", "02-ddp", "03-amp", "04-accelerate-tpu"]
 
 # Right answers of the corpus that take a route the course forbids: the data is right (they score), the route is
 # the course's own reference implementation, which the judge uses as its ground truth (they are flagged).
-FORBIDDEN_ROUTES = {
-    ("02-ddp", "scaling", "the course's helpers"), ("02-ddp", "quiz", "computed with torch and the helpers"),
-    ("03-amp", "predict_dtypes", "measured with the course's table"), ("03-amp", "scaler", "a real GradScaler"),
-    ("03-amp", "activation_ratio", "the course's counter"),
-}
 RIGHT = [(lesson, exercise, name) for lesson, exercises in ANSWERS.items() for exercise, kinds in exercises.items()
          for name in kinds["right"]]
 
@@ -26,9 +21,15 @@ def _flags(exercise, source):
 
 
 @pytest.mark.parametrize("lesson, exercise, name", RIGHT, ids=[f"{l}-{e}-{n}" for l, e, n in RIGHT])
-def test_an_honest_answer_is_not_flagged_and_a_forbidden_route_is(lesson, exercise, name):
-    flags = _flags(exercise, ANSWERS[lesson][exercise]["right"][name])
-    assert bool(flags) == ((lesson, exercise, name) in FORBIDDEN_ROUTES), flags
+def test_an_honest_answer_is_not_flagged(lesson, exercise, name):
+    assert not _flags(exercise, ANSWERS[lesson][exercise]["right"][name])
+
+
+@pytest.mark.parametrize("lesson, exercise, name", CALL_A_REFERENCE)
+def test_an_answer_by_a_reference_is_flagged_as_well_as_refused(lesson, exercise, name):
+    """tests/answers.py's CALL_A_REFERENCE: right by value, refused where the hidden tests run (tests/test_answers.py
+    judges them wrong), and flagged for the instructor."""
+    assert _flags(exercise, ANSWERS[lesson][exercise]["wrong"][f"{name} (a reference, refused)"])
 
 
 # One line each: the right data by a route the course forbids, or by reaching names no rule can see.
