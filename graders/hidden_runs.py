@@ -290,8 +290,13 @@ def _collected(cell, failure: str | None, over_limit: bool) -> tuple[list, str |
     if failure is None and over_limit:
         failure = "it ran past its time limit"
     elif failure is None and errors:
-        failure = errors[-1] if errors[-1] in EXCEPTIONS else "an exception of its own"
+        failure = errors[-1] if errors[-1] in EXCEPTIONS else REFUSED.get(errors[-1], "an exception of its own")
     return collections, failure
+
+
+# An error the course raises, said as what it means (helpers/refusal.py): the student's answer called a reference.
+REFUSED = {"ReferenceRefused": "ReferenceRefused: it calls one of the course's reference implementations, which the "
+                               "hidden tests refuse to an answer"}
 
 
 def _answer_of(grade_id: str, solution) -> str | None:

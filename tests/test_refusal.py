@@ -127,3 +127,13 @@ def test_a_hidden_run_refuses_them_in_the_kernel_and_in_launched_ranks(tmp_path)
             assert not errors, (part, errors)
     assert all("ReferenceRefused" in refused[g + "_tests"] for g in cheats), refused
     assert failed["reshard_tests"] == failed["quiz_tests"] == "", "the instructor's own calls (sharding.shard_state)"
+
+
+def test_the_feedback_says_a_reference_was_refused():
+    """A collect cell that failed with ReferenceRefused: the judge's message says what it means, not "an exception of
+    its own" (graders/judge.py puts the run's failure in the feedback)."""
+    cell = nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output("error", ename="ReferenceRefused", evalue="",
+                                                                          traceback=[])])
+    assert "reference implementations" in hidden_runs._collected(cell, None, False)[1]
+    cell.outputs[0]["ename"] = "MyError"
+    assert hidden_runs._collected(cell, None, False)[1] == "an exception of its own"
