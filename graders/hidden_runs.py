@@ -92,7 +92,10 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
             if culprit is not None and culprit not in self._left_out:
                 self._left_out.add(culprit)
                 continue
-            return {part["grade_id"]: _collected(cell, failure if i >= (self._running or 0) else None, i in self._over)
+            refused = {c.metadata[PART]["grade_id"] for c in run.cells if c.metadata[PART]["kind"] == "answer"
+                       and any(o.get("ename") in REFUSED for o in c.get("outputs", []))}  # the answer cell's own call
+            return {part["grade_id"]: _collected(cell, failure if i >= (self._running or 0) else None, i in self._over,
+                                                 _answer_of(part["grade_id"], self._solution) in refused)
                     for i, cell in enumerate(run.cells) if (part := cell.metadata[PART])["kind"] == "collect"}
 
     def _execute(self, run, resources) -> tuple[str | None, str | None]:
@@ -283,12 +286,15 @@ def _cell(source: str, kind: str, grade_id: str | None = None) -> NotebookNode:
     return nbformat.v4.new_code_cell(source, metadata={PART: {"kind": kind, "grade_id": grade_id}})
 
 
-def _collected(cell, failure: str | None, over_limit: bool) -> tuple[list, str | None]:
-    """A collect cell's collections, and how it failed: the run's failure, its time limit, or its error's class."""
+def _collected(cell, failure: str | None, over_limit: bool, answer_refused: bool = False) -> tuple[list, str | None]:
+    """A collect cell's collections, and how it failed: the run's failure, its time limit, its answer cell's refused
+    reference, or its error's class."""
     collections = [o for o in cell.get("outputs", []) if grading.MIME in o.get("data", {})]
     errors = [o.get("ename") for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     if failure is None and over_limit:
         failure = "it ran past its time limit"
+    elif failure is None and answer_refused:
+        failure = REFUSED["ReferenceRefused"]
     elif failure is None and errors:
         failure = errors[-1] if errors[-1] in EXCEPTIONS else REFUSED.get(errors[-1], "an exception of its own")
     return collections, failure

@@ -137,3 +137,5 @@ def test_the_feedback_says_a_reference_was_refused():
     assert "reference implementations" in hidden_runs._collected(cell, None, False)[1]
     cell.outputs[0]["ename"] = "MyError"
     assert hidden_runs._collected(cell, None, False)[1] == "an exception of its own"
+    cell.outputs[0]["ename"] = "NameError"  # the answer cell itself failed on a reference: its function is not there
+    assert "reference implementations" in hidden_runs._collected(cell, None, False, answer_refused=True)[1]
