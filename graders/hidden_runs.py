@@ -201,15 +201,13 @@ def refusing(cells: list) -> list:
     if "answer" not in kinds:
         return cells
     after = "from helpers import refusal\nrefusal.answer_ran()\n"
-    guard = _cell("", "refusal")
-    instructor = [c.source for c in cells if c.metadata[PART]["kind"] != "answer"] + [after]
+    instructor = [c.source for c, kind in zip(cells, kinds) if kind != "answer"] + [after]
     references = {name for module, names in audit.REFERENCES.items() if module != "helpers.grading" for name in names}
     names = sorted({name for source in instructor for name in _names(source)} & references)
-    guard.source = f"from helpers import refusal\nrefusal.refuse({instructor!r},\n               {names!r})\n"
-    out = []
-    for cell, kind in zip(cells, kinds):
-        if kind == "answer" and guard not in out:
-            out.append(guard)
+    first = kinds.index("answer")
+    out = cells[:first] + [_cell(f"from helpers import refusal\nrefusal.refuse({instructor!r},\n               {names!r})\n",
+                                 "refusal")]
+    for cell, kind in zip(cells[first:], kinds[first:]):
         out += [cell, _cell(after, "refusal")] if kind == "answer" else [cell]
     return out
 

@@ -152,7 +152,7 @@ def literals(source: str) -> list[tuple[int, int, str]]:
     shown += [(e, True) for v in placed for e in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
     labels = _labels(tree.body)
     texts = {label.value for label in labels if isinstance(label, ast.Constant)}
-    shown += [(node, False) for node in [*labels, *ast.walk(tree)] if node in labels
+    shown += [(node, False) for node in ast.walk(tree) if any(node is label for label in labels)
               or isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in texts]
     for value, needs_words in shown:
         if not isinstance(value, (ast.Constant, ast.JoinedStr)) or (

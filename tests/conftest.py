@@ -48,8 +48,8 @@ ANYWHERE = ("tests/test_xla.py", "tests/test_answers.py::test_answer_is_judged_r
 ON_THE_NETWORK = ("tests/test_xla.py::test_lightning_inserts_a_distributed_sampler",)
 # Heaviest first; but a test that mostly waits (a wall-clock backstop: 2 x 30 s) first of all, while the other workers
 # keep both cores busy: scheduled last, it left them idle for the last two minutes of a run (2026-12-06).
-HEAVIEST_FIRST = ("tests/test_time_limits.py", "tests/test_runtimes.py", "04-accelerate-tpu", "tests/test_xla.py", "tests/test_setup_cell.py",
-                  "02-ddp", "05-sharding", "tests/test_degenerate.py", "tests/test_backend_behaviour.py",
+HEAVIEST_FIRST = ("tests/test_time_limits.py", "tests/test_runtimes.py", "04-accelerate-tpu", "tests/test_xla.py",
+                  "tests/test_setup_cell.py", "02-ddp", "05-sharding", "tests/test_degenerate.py", "tests/test_backend_behaviour.py",
                   "03-amp", "tests/test_sharding.py", "tests/test_tracebacks.py", "tests/test_forkserver.py",
                   "tests/test_warm_up.py", "tests/test_launch.py", "tests/test_ddp.py", "01-dataparallel")
 CLASS, ELSE = "the graded class", "everything else"
