@@ -93,7 +93,7 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
                 self._left_out.add(culprit)
                 continue
             refused = {c.metadata[PART]["grade_id"] for c in run.cells if c.metadata[PART]["kind"] == "answer"
-                       and any(o.get("ename") in REFUSED for o in c.get("outputs", []))}  # the answer cell's own call
+                       and any(o.get("ename") in judge.REFUSED for o in c.get("outputs", []))}  # the answer cell's own call
             return {part["grade_id"]: _collected(cell, failure if i >= (self._running or 0) else None, i in self._over,
                                                  _answer_of(part["grade_id"], self._solution) in refused)
                     for i, cell in enumerate(run.cells) if (part := cell.metadata[PART])["kind"] == "collect"}
@@ -292,15 +292,11 @@ def _collected(cell, failure: str | None, over_limit: bool, answer_refused: bool
     if failure is None and over_limit:
         failure = "it ran past its time limit"
     elif failure is None and answer_refused:
-        failure = REFUSED["ReferenceRefused"]
+        failure = judge.REFUSED["ReferenceRefused"]
     elif failure is None and errors:
-        failure = errors[-1] if errors[-1] in EXCEPTIONS else REFUSED.get(errors[-1], "an exception of its own")
+        failure = errors[-1] if errors[-1] in EXCEPTIONS else judge.REFUSED.get(errors[-1], "an exception of its own")
     return collections, failure
 
-
-# An error the course raises, said as what it means (helpers/refusal.py): the student's answer called a reference.
-REFUSED = {"ReferenceRefused": "ReferenceRefused: it calls one of the course's reference implementations, which the "
-                               "hidden tests refuse to an answer"}
 
 
 def _answer_of(grade_id: str, solution) -> str | None:

@@ -48,6 +48,9 @@ PRELUDE_TAG = "prelude"
 RECORD_MIME = "text/x-course-hidden-run"  # a hidden run's record (graders/hidden_runs.py)
 KERNEL_COLLECTED = "the notebook's own kernel published results for the grader (ignored: the hidden tests run apart)"
 # The notebook's import cell is the student's to edit: the collect part must not depend on it for `grading`.
+# An error the course raises, said as what it means (helpers/refusal.py): the student's answer called a reference.
+REFUSED = {"ReferenceRefused": "ReferenceRefused: it calls one of the course's reference implementations, which the "
+                               "hidden tests refuse to an answer"}
 KERNEL_IMPORT = "from helpers import grading\n"
 
 
@@ -180,7 +183,10 @@ def judge(solution, graded, apart: bool = True) -> dict:
         if len(mine) != 1 or len(found) != 1:
             verdict["message"] = "the hidden tests' results did not arrive" if not mine else "more than one collection"
             if errored and apart and not mine:
-                verdict["message"] = (f"the hidden tests failed on your answer ({str(run['failure'])[:100]}); they run "
+                verdict["message"] = ("your answer calls one of the reference implementations of the course, which the "
+                                      "hidden tests refuse to an answer: write that code yourself"
+                                      if run["failure"] in REFUSED.values() else
+                                      f"the hidden tests failed on your answer ({str(run['failure'])[:100]}); they run "
                                       "the lesson's own cells and your answer cells, not cells you added")
             if mine or not errored:  # an honest failure shows its error; silence or extra data is the kernel's doing
                 verdict["flags"].append(f"{grade_id}: {verdict['message']}, although the cell reported no error"

@@ -26,6 +26,8 @@ ENGLISH = {
     "judge_no_results": "the hidden tests' results did not arrive",
     "judge_several": "more than one collection",
     "judge_assertion": "an assertion failed",
+    "judge_refused": "your answer calls one of the reference implementations of the course, which the hidden tests "
+                     "refuse to an answer: write that code yourself",
     # nbgrader's feedback template, phrase by phrase as it writes them
     "frame_score": "Score: ",
     "frame_test_cell": ">Test cell<",

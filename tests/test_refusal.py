@@ -139,3 +139,29 @@ def test_the_feedback_says_a_reference_was_refused():
     assert hidden_runs._collected(cell, None, False)[1] == "an exception of its own"
     cell.outputs[0]["ename"] = "NameError"  # the answer cell itself failed on a reference: its function is not there
     assert "reference implementations" in hidden_runs._collected(cell, None, False, answer_refused=True)[1]
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_the_feedback_page_says_why_a_refused_answer_failed(lang, tmp_path, monkeypatch):
+    """The judge's verdict on a run whose answer met a refusal says so in words a feedback page shows, in the
+    submission's language (graders/redact.py hides a run's own error text); any other failure says less."""
+    import json
+
+    from graders import judge, redact
+
+    solution = nbformat.v4.new_notebook()
+    solution.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["prelude"]}),
+                      nbformat.v4.new_code_cell("f(1)\n### BEGIN HIDDEN TESTS\n# [collect]\n_got = grading.collect("
+                                                "\"t_tests\", f(2))\n# [judge]\nassert _got == 2\n### END HIDDEN TESTS\n",
+                                                metadata={"nbgrader": {"grade": True, "grade_id": "t_tests"}})]
+    shown = {}
+    for failure in (judge.REFUSED["ReferenceRefused"], "an exception of its own"):
+        graded = nbformat.from_dict(json.loads(json.dumps(solution)))
+        graded.cells[1].outputs = [hidden_runs.record(grading.FIXED_SEED, failure, 0)]
+        verdicts = tmp_path / "verdicts.json"
+        verdicts.write_text(json.dumps(judge.judge(solution, graded)))
+        monkeypatch.setenv("GRADER_VERDICTS_FILE", str(verdicts))
+        shown[failure] = redact.verdict_line(graded.cells[1], redact.words(lang), lang=lang)
+    refused, other = shown.values()
+    assert redact.words(lang)["judge_refused"] in refused and redact.words(lang)["problem"] not in refused, refused
+    assert redact.words(lang)["judge_refused"] not in other and redact.words(lang)["problem"] in other, other
