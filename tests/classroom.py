@@ -3,7 +3,7 @@
 The class: the hostile and broken lesson-1 corpus (tests/corpus.py's CASES, only where the sandbox is
 available), and every lesson's solution, its released notebook and its Turkish edition with a wrong answer and correct
 answers that warn (corpus.CLASS). Grading leaves the lessons' demonstrations out, as it does by default, but for the submissions
-of corpus.RUN_DEMONSTRATIONS (the blank ones, whose outputs the website shows). It is graded by two worker processes
+of corpus.RUN_DEMONSTRATIONS (the blank and the Turkish ones, whose outputs the website shows). It is graded by two worker processes
 over TCP; one of them is killed (SIGKILL) mid-submission, so that every test reading these grades also checks that a
 dead worker cost nothing.
 test_grading.py, test_corpus.py and test_cluster.py read the results.

@@ -692,8 +692,9 @@ WRONG_QUIZ = {**{lesson: wrong_quiz for lesson in LESSON_POINTS}, LESSON: _warni
               "03-amp": _warnings_and_a_wrong_quiz(_warning_answers_amp)}
 
 # student -> {lesson: None (the solution as it is), "blank" (the whole released notebook) or (language, edit): the
-# solution in that edition (i18n/), changed by edit}. The blank submissions are graded with the demonstrations run
-# (the website shows their outputs), the others as grading does by default: without them.
+# solution in that edition (i18n/), changed by edit}. The blank and the Turkish submissions are graded with the
+# demonstrations run: each lesson runs top to bottom unsolved in English and solved in Turkish (the website's pages
+# show their outputs); the full ones as grading does by default: without them.
 CLASS = {
     "full": {lesson: None for lesson in LESSON_POINTS},
     "blank": {lesson: "blank" for lesson in LESSON_POINTS},
@@ -716,4 +717,4 @@ def write_class_submission(folder: Path, repo: Path, lesson: str, edit) -> None:
 
 
 # Who is graded with the lessons' demonstrations run (pipeline.grade's run_demonstrations).
-RUN_DEMONSTRATIONS = {"blank"} | {case.name for case in CASES if case.run_demonstrations}
+RUN_DEMONSTRATIONS = {"blank", "turkish"} | {case.name for case in CASES if case.run_demonstrations}

@@ -1,10 +1,9 @@
-"""The course website (`make site`, website/build.py), built from the class's untouched submissions (the student
-notebooks, already executed by the grader) and opened in headless Chromium: every page loads, every figure
-shows, no link is broken, and no page shows a solution or a hidden test. A Turkish page shows its own notebook's run
-(lesson 1's, run here as `make site` runs it: about 13 CPU-seconds; the others' Turkish pages are built without
-outputs), never the English run's. The instructors' pages
-(website/pages/) are in the navigation and linked, and outputs carry no machine paths (both also checked
-without the class, on a build of the pages alone)."""
+"""The course website (`make site`, website/build.py), built from the class's runs (tests/corpus.py: the English
+student notebooks untouched and the Turkish solutions, already executed by the grader with their demonstrations) and
+opened in headless Chromium: every page loads, every figure shows, no link is broken, and no page shows a solution or
+a hidden test. A Turkish page shows its own notebook's run, never the English run's, and no English sentence. The
+instructors' pages (website/pages/) are in the navigation and linked, and outputs carry no machine paths (both also
+checked without the class, on a build of the pages alone)."""
 
 import base64
 import functools
@@ -40,16 +39,21 @@ EXTERNAL = {
 BADGES = {"https://colab.research.google.com/assets/colab-badge.svg", "https://kaggle.com/static/images/open-in-kaggle.svg"}
 
 
-TURKISH_RUN = "01-dataparallel"  # the lesson whose Turkish notebook the site's test runs (the cheapest to run)
+# The class's runs each edition's pages take their outputs from: the released notebook (English), the solutions (Turkish)
+RUNS = {"en": "blank", "tr": "turkish"}
+
+
+def _class_run(graded_class, lesson: str, lang: str) -> Path:
+    return graded_class.root / "autograded" / RUNS[lang] / lesson / f"{lesson}.ipynb"
 
 
 @pytest.fixture(scope="module")
 def built(graded_class, tmp_path_factory):
     executed = tmp_path_factory.mktemp("executed")
-    for lesson in site.lessons():
-        shutil.copy(graded_class.root / "autograded" / "blank" / lesson / f"{lesson}.ipynb", executed / f"{lesson}.ipynb")
-    (executed / "tr").mkdir()
-    nbformat.write(site.execute(TURKISH_RUN, "tr"), executed / "tr" / f"{TURKISH_RUN}.ipynb")
+    for lang, (prefix, _) in site.EDITIONS.items():
+        (executed / prefix).mkdir(parents=True, exist_ok=True)
+        for lesson in site.lessons():
+            shutil.copy(_class_run(graded_class, lesson, lang), executed / prefix / f"{lesson}.ipynb")
     out = tmp_path_factory.mktemp("site") / "html"
     site.build(out, executed, run_missing=False)
     handler = functools.partial(QuietHandler, directory=str(out))
@@ -83,8 +87,9 @@ def test_pages_show_the_student_notebooks_outputs_and_nothing_of_the_solutions(b
                             assert html.find(line.replace("<", "&lt;")) == -1 and html.find(line) == -1, \
                                 f"{prefix}{lesson} shows a secret line: {line}"
             assert "BEGIN HIDDEN TESTS" not in html and "# [judge]" not in html
-        executed = nbformat.read(graded_class.root / "autograded" / "blank" / lesson / f"{lesson}.ipynb", as_version=4)
-        assert _figures(site.page(lesson, executed)) > 0, f"{lesson}: its figures were not carried over"
+        for lang in site.EDITIONS:
+            executed = nbformat.read(_class_run(graded_class, lesson, lang), as_version=4)
+            assert _figures(site.page(lesson, executed, lang=lang)) > 0, f"{lesson} ({lang}): its figures were not carried over"
 
 
 def _outputs(html: str) -> str:
@@ -125,17 +130,24 @@ def _printed(lesson: str, lang: str) -> list[tuple[str, str]]:
     return [(english, turkish) for english, turkish in found if len(english.split()) >= 2 and english != turkish]
 
 
-def test_a_turkish_lesson_page_shows_its_own_notebooks_outputs(built):
-    """The Turkish page of the lesson run in Turkish shows what its Turkish `print`s print, never the English run's
-    line under Turkish code ("rows per device:" under `print("cihaz başına satır:", ...)`)."""
+@pytest.mark.parametrize("lesson", site.lessons())
+def test_a_turkish_lesson_page_shows_its_own_notebooks_outputs(built, lesson):
+    """The Turkish page of each lesson shows what its Turkish `print`s printed when the Turkish notebook ran (every
+    line the English page shows, in Turkish), never the English run's line under Turkish code ("rows per device:"
+    under `print("cihaz başına satır:", ...)`), and no English sentence of the catalogs (test_turkish_outputs.py)."""
+    from test_turkish_outputs import english_in
+
     _, out, _ = built
-    turkish = _outputs((out / "tr" / "lessons" / f"{TURKISH_RUN}.html").read_text())
-    english = _outputs((out / "lessons" / f"{TURKISH_RUN}.html").read_text())
-    pairs = _printed(TURKISH_RUN, "tr")
-    assert len(pairs) >= 5 and ("rows per device:", "cihaz başına satır:") in pairs, pairs
-    assert "rows per device:" in english and [e for e, _ in pairs if e in turkish] == [], "English lines on the Turkish page"
-    missing = [t for e, t in pairs if e in english and t not in turkish]
+    turkish = _outputs((out / "tr" / "lessons" / f"{lesson}.html").read_text())
+    english = _outputs((out / "lessons" / f"{lesson}.html").read_text())
+    pairs = _printed(lesson, "tr")
+    shown = [(e, t) for e, t in pairs if e in english]
+    assert len(pairs) >= 5 and len(shown) >= 3, (pairs, shown)
+    assert lesson != "01-dataparallel" or ("rows per device:", "cihaz başına satır:") in shown
+    assert [e for e, _ in pairs if e in turkish] == [], "English lines on the Turkish page"
+    missing = [t for e, t in shown if t not in turkish]
     assert not missing, f"the Turkish page lacks its run's lines {missing}"
+    assert not english_in(turkish, lesson), english_in(turkish, lesson)
 
 
 @pytest.mark.skipif(CHROMIUM is None and not IN_CI, reason=NO_CHROMIUM)

@@ -1,9 +1,9 @@
 """What a Turkish student reads when a lesson runs is Turkish: the helpers speak the notebook's edition (the setup
 cell's `language.use("en")`, which the edition's catalog translates; helpers/language.py), every helpers' message
 has a current translation (i18n/tr/helpers.po, shipped as helpers/_messages.py), and the outputs of the Turkish
-solutions, run top to bottom in the class's sandbox (tests/classroom.py, the "turkish" student), hold no English
-sentence of the English catalogs: the lesson's code messages and the helpers' messages. Code, identifiers and the
-libraries' own messages are not the catalogs' sentences, so they may stay."""
+solutions, run top to bottom with their demonstrations in the class's sandbox (tests/classroom.py, the "turkish"
+student), hold no English sentence of the English catalogs: the lesson's code messages and the helpers' messages.
+Code, identifiers and the libraries' own messages are not the catalogs' sentences, so they may stay."""
 
 import ast
 import re
