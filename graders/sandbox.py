@@ -39,7 +39,8 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"
 # The only variables the kernel inherits from the grader (whose environment may hold an instructor's secrets);
 # HOME, TMPDIR and MPLCONFIGDIR are the jail's own.
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
-            "NVIDIA_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS", "PJRT_DEVICE", "COURSE_XLA_CPU_DEVICES", "OMP_WAIT_POLICY")
+            "NVIDIA_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS", "PJRT_DEVICE", "COURSE_XLA_CPU_DEVICES", "OMP_WAIT_POLICY",
+            "COURSE_GRADED_KERNEL")
 TMPFS_BYTES = ("GRADER_TMPFS_BYTES", str(2 * 2**30))  # each of /tmp, /var/tmp, /dev/shm: memory a student could fill
 LIMITS = {  # prlimit option -> environment variable, default
     "--as": ("GRADER_MEMORY_BYTES", str(16 * 2**30)),  # torch needs >= 8 GiB of address space

@@ -31,11 +31,13 @@ UID_BLOCKS = 64
 # by default, would burn the CPU the other kernels need (10-17% of it with three lessons on two cores, measured).
 # Passive waiting changes no result; an instructor's own OMP_WAIT_POLICY wins.
 SHARED_MACHINE_OMP = "PASSIVE"
+GRADED_KERNEL = "COURSE_GRADED_KERNEL"  # helpers/refusal.py GRADED (the grader imports no helpers here)
 
 
 def shared_machine_environ() -> dict[str, str]:
-    """What a grading job adds to this process's environment whatever it grades (its kernel reads it)."""
-    return {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP)}
+    """What a grading job adds to this process's environment whatever it grades (its kernel reads it): OpenMP's
+    passive waiting, and that the kernel is the grader's (helpers/refusal.py GRADED: no notice to a student there)."""
+    return {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", SHARED_MACHINE_OMP), GRADED_KERNEL: "1"}
 
 
 class Slots:

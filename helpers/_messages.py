@@ -233,6 +233,8 @@ CATALOGS = {
             'atlanan adım (inf/nan)',
         'scale':
             'ölçek',
+        "note: {name} is one of the grader's references. It runs here, but the hidden tests refuse it to an answer (this cell is not one of the lesson's own cells as released): an exercise whose answer calls it scores nothing. Write that code yourself.":
+            'not: {name}, notlandırıcının referans uygulamalarından biridir. Burada çalışır, ama gizli testler onu bir cevaba kullandırmaz (bu hücre, dersin yayımlandığı hâliyle kendi hücrelerinden biri değil): cevabı onu çağıran bir alıştırma hiç puan almaz. O kodu kendiniz yazınız.',
         'The self-check needs a checkout of the course, with its grader: download this notebook (File > Download), then in a clone of the course run `make check NOTEBOOK=<the file>`.':
             'Öz denetim, kursun notlandırıcısıyla birlikte bir kopyasını (checkout) ister: bu not defterini indiriniz (File > Download), sonra kursun bir klonunda `make check NOTEBOOK=<dosya>` çalıştırınız.',
         "Which notebook? Save it, then call selfcheck.check('<its path>').":

@@ -15,16 +15,25 @@ What identifies the instructor's cells is their code's file names, as ipykernel 
 computed before any answer ran; a kernel that is told to name cells otherwise (IPYKERNEL_CELL_NAME) refuses every
 reference from then on (`answer_ran`, after each answer cell). The processes the course's launchers start from a
 refusing process (helpers.launch's ranks, helpers.fresh's jobs) refuse as it does (`carried`). Anywhere else (the
-lessons, the visible checks, the judge) a reference is a plain function.
+lessons, the visible checks, the judge) a reference is a plain function; but in a student's own kernel, a reference
+reached from a cell that is not one of the lesson's own cells as released (an answer, or a cell the student changed
+or added) says once, on stderr, that the hidden tests would refuse it there (`NOTICE`): the visible check it passes
+is not the last word.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import linecache
 import os
+import re
 import sys
 import sysconfig
 import threading
+from pathlib import Path
+
+from .language import message, say
 
 CELL_NAME = "IPYKERNEL_CELL_NAME"  # ipykernel names every cell's code by this variable when it is set
 _state = None  # once refusing: (the instructor's cells' file names, the references those cells name), or REFUSE_ALL
@@ -44,6 +53,8 @@ def reference(fn):
         if _state is not None and _refused(fn.__name__, sys._getframe(1)):
             raise ReferenceRefused(f"{name} is the grader's reference: the hidden tests refuse it to an answer "
                                    "(write the exercise's code yourself)")
+        if _state is None and _in_a_kernel():
+            _notice(name, sys._getframe(1))
         return fn(*args, **kwargs)
 
     judged.judges_reference = True
@@ -118,3 +129,53 @@ def _trusted_roots() -> tuple:
     roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
     roots.add(os.path.dirname(os.path.abspath(__file__)))
     return tuple(os.path.realpath(root) + os.sep for root in roots)
+
+
+# ---- a student's own kernel: a notice, not a refusal -------------------------------------------------------------
+
+NOTICE = message("note: {name} is one of the grader's references. It runs here, but the hidden tests refuse it to an "
+                 "answer (this cell is not one of the lesson's own cells as released): an exercise whose answer calls "
+                 "it scores nothing. Write that code yourself.")
+NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"  # the student notebooks the installed package ships
+GRADED = "COURSE_GRADED_KERNEL"  # "1" in the grader's kernels (graders/slots.py), whose feedback says it instead
+CELL_FILE = re.compile(r"(ipykernel_\d+[/\\]\d+\.py|<ipython-input-\d+-[0-9a-f]+>)$")  # ipykernel's, IPython's names
+_noticed: set = set()  # (reference, cell text) said once
+
+
+def _in_a_kernel() -> bool:
+    """A student's (or an instructor's) kernel, not the grader's."""
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and ipython.get_ipython() is not None and os.environ.get(GRADED) != "1"
+
+
+def _notice(name: str, caller) -> None:
+    """Say NOTICE once per reference and cell when a notebook cell on the stack is none of the released cells."""
+    frame = caller
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if CELL_FILE.search(file) and (text := "".join(linecache.getlines(file)).strip()) not in _released_cells():
+            if (name, text) not in _noticed:
+                _noticed.add((name, text))
+                print(say(NOTICE, name=name), file=sys.stderr)
+            return
+        frame = frame.f_back
+
+
+@functools.lru_cache(maxsize=1)
+def _released_cells() -> set:
+    """The code of every code cell of the student notebooks (both editions) but the answer cells, the lesson's own,
+    as written and as IPython runs it (its magics turned into calls), stripped: what a cell's code shows. In a course
+    checkout, the instructor's solutions' cells too (their checks hold the hidden tests)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    folders = [folder for folder in (NOTEBOOKS, NOTEBOOKS.parent.parent / "notebooks") if folder.is_dir()][:1]
+    folders += [solutions for solutions in [NOTEBOOKS.parent.parent / "solutions"] if solutions.is_dir()]
+    paths = [p for folder in folders for p in folder.glob("**/*.ipynb") if ".ipynb_checkpoints" not in p.parts]
+    cells, transform = set(), TransformerManager().transform_cell
+    for path in paths:
+        for cell in json.loads(path.read_text(encoding="utf-8")).get("cells", []):
+            if cell.get("cell_type") == "code" and not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+                source = cell.get("source", "")
+                source = "".join(source) if isinstance(source, list) else source
+                cells |= {source.strip(), transform(source).strip()}
+    return cells

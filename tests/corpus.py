@@ -245,6 +245,7 @@ def _environment_stays_outside(root, ctx, student="escapes"):
     assert "PATH" in graded and ctx["env_secret"] not in graded, "the grader's environment reached the student's code"
     # what the grader does set: idle OpenMP threads sleep, on a machine shared with other submissions
     assert "'OMP_WAIT_POLICY': 'PASSIVE'" in graded, "graded kernels should wait passively (slots.SHARED_MACHINE_OMP)"
+    assert "'COURSE_GRADED_KERNEL': '1'" in graded, "a graded kernel is told it is one (slots.GRADED_KERNEL)"
 
 
 STEAL = '''import glob, sqlite3

@@ -366,6 +366,18 @@ def test_a_feedback_section_names_its_exercise_and_points_and_never_a_hidden_val
     assert redact.verdict_line(cell).startswith("✓ shard (2 points): The tests in this cell passed.")
 
 
+def test_a_graded_kernel_shows_no_students_notice(graded_class):
+    """helpers/refusal.py's notice (an answer reached a reference) is for a student's own kernel: a graded kernel is
+    told it is the grader's (graders/slots.py), and its submission's feedback says why a refused answer failed."""
+    from helpers import _messages, refusal
+
+    notices = [refusal.NOTICE, _messages.CATALOGS["tr"][refusal.NOTICE]]
+    shown = [text.split("{name}")[1][:40] for text in notices]
+    runs = sorted(graded_class.root.glob("autograded/*/*/*.ipynb"))
+    assert len(runs) > 40 and all(len(text) == 40 for text in shown)
+    assert not [path for path in runs if any(text in path.read_text() for text in shown)]
+
+
 @pytest.mark.parametrize("lesson", POINTS)
 def test_demonstrations_ran_in_the_released_notebook_and_were_left_out_of_the_solution(graded_class, lesson):
     """The released notebook graded with every cell run (blank) and the Turkish solution too: no explanation cell

@@ -165,3 +165,42 @@ def test_the_feedback_page_says_why_a_refused_answer_failed(lang, tmp_path, monk
     refused, other = shown.values()
     assert redact.words(lang)["judge_refused"] in refused and redact.words(lang)["problem"] not in refused, refused
     assert redact.words(lang)["judge_refused"] not in other and redact.words(lang)["problem"] in other, other
+
+
+def test_every_cell_of_the_lessons_but_the_answers_is_known_as_released():
+    """The student kernel's notice (below) tells the lesson's own cells from the others by their code: every code
+    cell of the student notebooks of both editions but the answer cells, as written and as IPython runs it."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    released = refusal._released_cells()
+    for path in (REPO / "notebooks").glob("**/*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                answer = cell.metadata.get("nbgrader", {}).get("solution", False)
+                ran = TransformerManager().transform_cell(cell.source).strip()
+                assert (ran in released) is (not answer) or (answer and ran == "pass"), (path, cell.get("id"))
+    assert any("tr" in p.parts for p in (REPO / "notebooks").glob("**/*.ipynb"))
+
+
+@pytest.mark.parametrize("lang, said", [("en", "is one of the grader's references"),
+                                        ("tr", "notlandırıcının referans uygulamalarından biridir")])
+def test_a_students_kernel_says_once_when_an_answer_reaches_a_reference(lang, said, capsys):
+    """In a student's own kernel a reference runs (nothing is refused there), but an answer that reaches it, or a
+    cell the student changed, is told at once, in the notebook's language, that the hidden tests would refuse it;
+    the lesson's own cells call it silently. Outside a kernel (a script, the judge) nothing is said."""
+    import nbclient
+
+    released = ["print(sharding.zero_bytes(10, 2, 1))", "assert zero_bytes_per_rank(10) > 0"]
+    cells = [f"from helpers import language, refusal, sharding\nlanguage.use({lang!r})\n"
+             f"refusal._released_cells().update({released!r})",
+             released[0],  # the lesson's own call
+             "def zero_bytes_per_rank(n):\n    return sharding.zero_bytes(n, 2, 1)",  # an answer
+             released[1], released[1],  # the lesson's check calls the answer, twice
+             "print(sharding.zero_bytes(12, 2, 1))"]  # a cell the student changed
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+    stderr = ["".join(o.text for o in cell.outputs if o.get("name") == "stderr") for cell in nb.cells]
+    assert [said in text for text in stderr] == [False, False, False, True, False, True], stderr
+    assert "zero_bytes" in stderr[3] and "zero_bytes" in stderr[5]
+    sharding.zero_bytes(10, 2, 1)
+    assert not capsys.readouterr().err
