@@ -153,7 +153,8 @@ def _notice(name: str, caller) -> None:
     frame = caller
     while frame is not None:
         file = frame.f_code.co_filename
-        if CELL_FILE.search(file) and (text := "".join(linecache.getlines(file)).strip()) not in _released_cells():
+        text = "".join(linecache.getlines(file)).strip() if CELL_FILE.search(file) else ""
+        if text and text not in _released_cells():  # (a cell whose code is not at hand says nothing)
             if (name, text) not in _noticed:
                 _noticed.add((name, text))
                 print(say(NOTICE, name=name), file=sys.stderr)
