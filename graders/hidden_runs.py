@@ -298,7 +298,6 @@ def _collected(cell, failure: str | None, over_limit: bool, answer_refused: bool
     return collections, failure
 
 
-
 def _answer_of(grade_id: str, solution) -> str | None:
     """The answer cell's grade_id of the exercise whose tests are `grade_id` (the solution cell just before it)."""
     answer = None

@@ -47,10 +47,10 @@ COLLECT, JUDGE = "# [collect]", "# [judge]"
 PRELUDE_TAG = "prelude"
 RECORD_MIME = "text/x-course-hidden-run"  # a hidden run's record (graders/hidden_runs.py)
 KERNEL_COLLECTED = "the notebook's own kernel published results for the grader (ignored: the hidden tests run apart)"
-# The notebook's import cell is the student's to edit: the collect part must not depend on it for `grading`.
 # An error the course raises, said as what it means (helpers/refusal.py): the student's answer called a reference.
 REFUSED = {"ReferenceRefused": "ReferenceRefused: it calls one of the course's reference implementations, which the "
                                "hidden tests refuse to an answer"}
+# The notebook's import cell is the student's to edit: the collect part must not depend on it for `grading`.
 KERNEL_IMPORT = "from helpers import grading\n"
 
 

@@ -136,7 +136,7 @@ def _trusted_roots() -> tuple:
 NOTICE = message("note: {name} is one of the grader's references. It runs here, but the hidden tests refuse it to an "
                  "answer (this cell is not one of the lesson's own cells as released): an exercise whose answer calls "
                  "it scores nothing. Write that code yourself.")
-NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"  # the student notebooks the installed package ships
+PACKAGE = Path(__file__).resolve().parent  # its notebooks/: the student notebooks the installed package ships
 GRADED = "COURSE_GRADED_KERNEL"  # "1" in the grader's kernels (graders/slots.py), whose feedback says it instead
 CELL_FILE = re.compile(r"(ipykernel_\d+[/\\]\d+\.py|<ipython-input-\d+-[0-9a-f]+>)$")  # ipykernel's, IPython's names
 _noticed: set = set()  # (reference, cell text) said once
@@ -169,8 +169,9 @@ def _released_cells() -> set:
     checkout, the instructor's solutions' cells too (their checks hold the hidden tests)."""
     from IPython.core.inputtransformer2 import TransformerManager
 
-    folders = [folder for folder in (NOTEBOOKS, NOTEBOOKS.parent.parent / "notebooks") if folder.is_dir()][:1]
-    folders += [solutions for solutions in [NOTEBOOKS.parent.parent / "solutions"] if solutions.is_dir()]
+    checkout = PACKAGE.parent  # a course checkout, where the package is not installed
+    folders = [folder for folder in (PACKAGE / "notebooks", checkout / "notebooks") if folder.is_dir()][:1]
+    folders += [folder for folder in [checkout / "solutions"] if folder.is_dir()]
     paths = [p for folder in folders for p in folder.glob("**/*.ipynb") if ".ipynb_checkpoints" not in p.parts]
     cells, transform = set(), TransformerManager().transform_cell
     for path in paths:
