@@ -16,6 +16,10 @@ kernelspec, a fork of the warm kernel server in a new jail), and runs there, in 
   in the processes the course's launchers start from it (helpers/refusal.py: the instructor's cells, known by their
   text, keep the calls they make), and after each answer cell a check that the kernel still names cells by their text.
 
+A graded cell whose visible tests failed in the student's kernel has no part in that run: it scores nothing whatever
+its hidden tests would say, so they are left out (a lesson handed in unsolved starts no hidden kernel), and its record
+says so (graders/judge.py VISIBLE_FAILED).
+
 Of that run only the collections its last cell published are kept, with a record of the run (RECORD_MIME in
 graders/judge.py: the seed, how the run failed, how many results the notebook's own kernel published for the grader,
 which are all dropped), in the graded cell's outputs, where graders/judge.py reads them. Nothing else of the run is
@@ -73,13 +77,20 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
         by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells if c.cell_type == "code"}
         sources = {g: s for g, s in judged_sources(solution).items() if by_id.get(g) is not None
                    and by_id[g].metadata.get("nbgrader", {}).get("grade")}  # (a missing one: the judge says so)
-        groups = [[g] for g in sources] if self.kernel_per_exercise else [list(sources)]
-        for group in filter(None, groups):
-            for grade_id, (collections, failure) in self.run_apart(solution, nb, group, seed, resources).items():
-                graded, source = by_id[grade_id], sources[grade_id]
-                if judge.BEGIN not in graded.source:  # what ran apart, after the cell's own visible tests (its edition)
-                    graded.source += judge.for_kernel(source)[len(judge.split(source)["visible"]):]
-                graded.outputs = list(graded.get("outputs", [])) + collections + [record(seed, failure, published)]
+        # A cell whose visible tests failed in the student's kernel scores nothing whatever its hidden tests say (the
+        # judge passes a cell nbgrader gave points): its hidden tests are left out of the run (an unsolved lesson
+        # starts no hidden kernel at all), and its record says why.
+        failed = {g for g in sources if any(o.get("output_type") == "error" for o in by_id[g].get("outputs", []))}
+        run = [g for g in sources if g not in failed]
+        groups = [[g] for g in run] if self.kernel_per_exercise else [run]
+        ran = {g: (collections, failure) for group in filter(None, groups)
+               for g, (collections, failure) in self.run_apart(solution, nb, group, seed, resources).items()}
+        ran |= {g: ([], judge.VISIBLE_FAILED) for g in failed}
+        for grade_id, (collections, failure) in ran.items():
+            graded, source = by_id[grade_id], sources[grade_id]
+            if judge.BEGIN not in graded.source:  # what ran apart, after the cell's own visible tests (its edition)
+                graded.source += judge.for_kernel(source)[len(judge.split(source)["visible"]):]
+            graded.outputs = list(graded.get("outputs", [])) + collections + [record(seed, failure, published)]
         return nb, resources
 
     def run_apart(self, solution, submission, grade_ids: list, seed: int, resources) -> dict:

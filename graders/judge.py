@@ -47,6 +47,9 @@ COLLECT, JUDGE = "# [collect]", "# [judge]"
 PRELUDE_TAG = "prelude"
 RECORD_MIME = "text/x-course-hidden-run"  # a hidden run's record (graders/hidden_runs.py)
 KERNEL_COLLECTED = "the notebook's own kernel published results for the grader (ignored: the hidden tests run apart)"
+# A hidden run's failure when there was no run: the cell's visible tests failed in the notebook's own kernel, so the
+# cell scores nothing whatever its hidden tests would say (graders/hidden_runs.py leaves it out of the run).
+VISIBLE_FAILED = "its visible tests failed in the notebook's own run"
 # An error the course raises, said as what it means (helpers/refusal.py): the student's answer called a reference.
 REFUSED = {"ReferenceRefused": "ReferenceRefused: it calls one of the course's reference implementations, which the "
                                "hidden tests refuse to an answer"}
@@ -175,6 +178,11 @@ def judge(solution, graded, apart: bool = True) -> dict:
         verdict["flags"] += problems + run_problems + ([KERNEL_COLLECTED] if run["kernel_collections"] else [])
         if run_problems:  # whatever the cell holds, no hidden run produced it
             verdict["message"] = "the hidden tests did not run"
+            continue
+        if apart and run["failure"] == VISIBLE_FAILED:  # left out of the run: it failed already, or says it did not
+            verdict["message"] = "the hidden tests did not run"
+            if found or not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+                verdict["flags"].append(f"{grade_id}: the hidden tests did not run, although the cell reported no error")
             continue
         for c in found:
             verdict["flags"] += [change for change in grading.in_grader_words(c["kernel"]) if change not in verdict["flags"]]

@@ -64,6 +64,26 @@ def test_untouched_student_notebook_scores_zero(graded_class, lesson):
 
 
 @pytest.mark.parametrize("lesson", POINTS)
+def test_only_cells_that_passed_their_visible_tests_run_their_hidden_tests(graded_class, lesson):
+    """graders/hidden_runs.py runs a cell's hidden tests only if its visible tests passed in the student's kernel (a cell
+    that failed them scores nothing whatever they say): every graded cell of the class holds one run record, which says
+    the run left it out exactly when the cell shows an error. The blank notebook's cells all failed: no hidden run."""
+    from graders import judge
+
+    left_out = {}
+    for student in CLASS:
+        nb = nbformat.read(graded_class.root / "autograded" / student / lesson / f"{lesson}.ipynb", as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get("grade"):
+                continue
+            (text,) = [o.data[judge.RECORD_MIME] for o in cell.outputs if judge.RECORD_MIME in o.get("data", {})]
+            errored = any(o.output_type == "error" for o in cell.outputs)
+            assert (json.loads(text)["failure"] == judge.VISIBLE_FAILED) is errored, (student, cell.metadata.nbgrader)
+            left_out.setdefault(student, []).append(errored)
+    assert all(left_out["blank"]) and not any(left_out["full"]), left_out
+
+
+@pytest.mark.parametrize("lesson", POINTS)
 def test_an_unsolved_lesson_fails_only_in_its_exercise_and_check_cells(graded_class, lesson):
     """The blank notebook, run top to bottom: every explanation cell runs without its exercises solved, so Run All
     (which goes on past the released exercise and check cells, tagged raises-exception) shows the whole lesson."""

@@ -380,3 +380,19 @@ def test_the_judge_reads_only_what_the_hidden_run_recorded():
     assert not result["cells"]["t_tests"]["passed"] and "the hidden tests' run left no record" in result["flags"]
     result = judge.judge(*_notebooks([_collection([1, 4, 9])], published=1))
     assert judge.KERNEL_COLLECTED in result["flags"]
+
+
+def test_a_cell_whose_visible_tests_failed_is_judged_without_a_hidden_run():
+    """graders/hidden_runs.py leaves a cell whose visible tests failed in the student's kernel out of the hidden run
+    (it scores nothing whatever they say): its record says so. The judge fails it without a flag when the cell shows
+    that error, and flags a record that claims it of a cell that shows none, or that holds results anyway."""
+    solution, graded = _notebooks([ERROR])
+    graded.cells[1].outputs[-1] = hidden_runs.record(grading.FIXED_SEED, judge.VISIBLE_FAILED, 0)
+    result = judge.judge(solution, graded)
+    assert result["cells"]["t_tests"] == {"passed": False, "message": "the hidden tests did not run", "flags": []}
+    assert result["flags"] == []
+    for outputs in ([], [_collection([1, 4, 9])], [ERROR, _collection([1, 4, 9])]):
+        graded.cells[1].outputs = [nbformat.from_dict(o) for o in outputs] + [
+            hidden_runs.record(grading.FIXED_SEED, judge.VISIBLE_FAILED, 0)]
+        result = judge.judge(solution, graded)
+        assert not result["cells"]["t_tests"]["passed"] and result["flags"], outputs
