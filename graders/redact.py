@@ -105,7 +105,7 @@ class RedactHiddenTests(ClearHiddenTests):
         cell, resources = super().preprocess_cell(cell, resources, cell_index)
         if had_hidden:
             said = getattr(self, "said", ENGLISH)
-            cell.source = cell.source.rstrip() + f"\n# {said['notice']}"
+            cell.source = cell.source.rstrip() + f"\n# {said[_notice(cell)]}"
             line = verdict_line(cell, said, getattr(self, "lesson", None), getattr(self, "lang", "en"))
             cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=line + "\n")]
         return cell, resources
@@ -207,7 +207,13 @@ def verdict_line(cell, said: dict = ENGLISH, lesson: str | None = None, lang: st
         shown = message if shown is None and lang == "en" and shows_no_data(message) else shown
         why = said["found"].format(message=shown) if shown else said["problem"]
     why += "" if why.rstrip().endswith((".", "?", "!")) else "."  # the notice after it is a sentence of its own
-    return said["failed"].format(label=label, why=why) + " " + said["notice"]
+    return said["failed"].format(label=label, why=why) + " " + said[_notice(cell)]
+
+
+def _notice(cell) -> str:
+    """What the page says of a graded cell's hidden tests: they ran, or (its visible checks failed: the cell shows an
+    error) they did not run (graders/hidden_runs.py)."""
+    return "not_run" if any(out.get("output_type") == "error" for out in cell.get("outputs", [])) else "notice"
 
 
 def visible_error(cell, said: dict = ENGLISH) -> str:

@@ -8,6 +8,8 @@ import re
 
 ENGLISH = {
     "notice": "Hidden tests ran here. Their code and output are not shown.",
+    # a cell whose visible checks failed: its hidden tests did not run (graders/hidden_runs.py)
+    "not_run": "Hidden tests run here once the visible checks pass. Their code is not shown.",
     "points": "{exercise} ({points:g} points)",
     "one_point": "{exercise} ({points:g} point)",
     "passed": "✓ {label}: The tests in this cell passed.",
