@@ -141,7 +141,7 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
             cell.outputs = [NotebookNode(output_type="error", ename=SKIPPED, evalue="", traceback=[f"{SKIPPED}: {why}"])]
             return cell, resources
         inserted = any(key in cell.metadata for key in INSERTED)
-        if HIDDEN_PART in cell.metadata and _errored(self.nb.cells[index - 1]):
+        if HIDDEN_PART in cell.metadata and judge.shows_error(self.nb.cells[index - 1]):
             cell.outputs = []  # the visible tests failed: the rest of the cell does not run, as in one cell
             return cell, resources
         progress = os.environ.get("GRADER_PROGRESS_FILE")
@@ -182,10 +182,6 @@ def record_failure(kind: str) -> None:
     if path:
         with open(path, "w") as f:
             f.write(kind)
-
-
-def _errored(cell) -> bool:
-    return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
 
 
 def _shorten_error(content) -> None:

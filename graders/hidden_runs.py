@@ -80,7 +80,7 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
         # A cell whose visible tests failed in the student's kernel scores nothing whatever its hidden tests say (the
         # judge passes a cell nbgrader gave points): its hidden tests are left out of the run (an unsolved lesson
         # starts no hidden kernel at all), and its record says why.
-        failed = {g for g in sources if any(o.get("output_type") == "error" for o in by_id[g].get("outputs", []))}
+        failed = {g for g in sources if judge.shows_error(by_id[g])}
         run = [g for g in sources if g not in failed]
         groups = [[g] for g in run] if self.kernel_per_exercise else [run]
         ran = {g: (collections, failure) for group in filter(None, groups)

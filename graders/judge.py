@@ -145,12 +145,16 @@ def collections(cell) -> tuple[list[dict], list[str]]:
     return found, problems
 
 
+def shows_error(cell) -> bool:
+    """Whether the cell shows an error: it failed in the notebook's own kernel."""
+    return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+
+
 def run_record(cell, apart: bool) -> tuple[dict, list[str]]:
     """The record graders/hidden_runs.py left in a graded cell ({"seed", "failure", "kernel_collections"}), and what
     is wrong with it. Not `apart`: the collections are the notebook's own kernel's, with the fixed seed."""
     if not apart:
-        failed = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
-        return {"seed": grading.FIXED_SEED, "failure": "an error" if failed else None, "kernel_collections": 0}, []
+        return {"seed": grading.FIXED_SEED, "failure": "an error" if shows_error(cell) else None, "kernel_collections": 0}, []
     texts = [o["data"][RECORD_MIME] for o in cell.get("outputs", []) if RECORD_MIME in o.get("data", {})]
     try:
         (found,) = [json.loads(text) for text in texts]
@@ -181,7 +185,7 @@ def judge(solution, graded, apart: bool = True) -> dict:
             continue
         if apart and run["failure"] == VISIBLE_FAILED:  # left out of the run: it failed already, or says it did not
             verdict["message"] = "the hidden tests did not run"
-            if found or not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            if found or not shows_error(cell):
                 verdict["flags"].append(f"{grade_id}: the hidden tests did not run, although the cell reported no error")
             continue
         for c in found:

@@ -30,6 +30,7 @@ from nbconvert.filters.markdown_mistune import InvalidNotebook, IPythonRenderer,
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 
+from graders import judge
 from graders.words import ENGLISH, FRAME, JUDGE, shows_no_data
 from i18n.catalog import LANGUAGES, words
 
@@ -194,7 +195,7 @@ def verdict_line(cell, said: dict = ENGLISH, lesson: str | None = None, lang: st
     if isinstance(points, (int, float)):
         label = said["points" if points != 1 else "one_point"].format(exercise=exercise, points=points)
     judged = _verdicts().get(meta.get("grade_id"), {"passed": True})
-    errored = any(out.get("output_type") == "error" for out in cell.get("outputs", []))
+    errored = judge.shows_error(cell)
     if not errored and judged["passed"]:
         return said["passed"].format(label=label) + " " + said["notice"]
     if errored:
@@ -213,7 +214,7 @@ def verdict_line(cell, said: dict = ENGLISH, lesson: str | None = None, lang: st
 def _notice(cell) -> str:
     """What the page says of a graded cell's hidden tests: they ran, or (its visible checks failed: the cell shows an
     error) they did not run (graders/hidden_runs.py)."""
-    return "not_run" if any(out.get("output_type") == "error" for out in cell.get("outputs", [])) else "notice"
+    return "not_run" if judge.shows_error(cell) else "notice"
 
 
 def visible_error(cell, said: dict = ENGLISH) -> str:
