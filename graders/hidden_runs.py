@@ -24,7 +24,8 @@ Of that run only the collections its last cell published are kept, with a record
 graders/judge.py: the seed, how the run failed, how many results the notebook's own kernel published for the grader,
 which are all dropped), in the graded cell's outputs, where graders/judge.py reads them. Nothing else of the run is
 kept: what the student's code printed there, and so any hidden input, never reaches the graded notebook or the
-feedback. An answer cell that killed or hung the student's kernel (or a hidden run's) is left out of the later runs.
+feedback. An answer cell that killed or hung the student's kernel, or ran past its time limit there (or in a hidden
+run), is left out of the later runs: run again, it would only use up its limit a second time.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
         solution = self._solution = judge.read_notebook(self.solution or _solution_path(self.config, resources))
         published = take_collections(nb)
         seed = secrets.randbelow(2**62)
-        self._left_out = skipped_answers(nb)
+        self._left_out = skipped_answers(nb) | set(resources.get(execute.OVER_LIMIT, ()))
         by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells if c.cell_type == "code"}
         sources = {g: s for g, s in judged_sources(solution).items() if by_id.get(g) is not None
                    and by_id[g].metadata.get("nbgrader", {}).get("grade")}  # (a missing one: the judge says so)

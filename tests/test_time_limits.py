@@ -42,10 +42,15 @@ def _waiting_answer(wait_s: float) -> str:
             "    return sizes\n")
 
 
-def _submit(root, student, wait_s):
+def _looping_answer(runs) -> str:
+    """lesson 1's split_sizes answer as an infinite loop that first notes, in the file `runs`, that it ran."""
+    return f"with open({str(runs)!r}, 'a') as _runs:\n    _runs.write('ran\\n')\nwhile True:\n    pass\n"
+
+
+def _submit(root, student, wait_s=None, answer=None):
     nb = nbformat.read(REPO / "solutions" / LESSON / f"{LESSON}.ipynb", as_version=4)
     (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "split_sizes"]
-    cell.source = _waiting_answer(wait_s)
+    cell.source = answer or _waiting_answer(wait_s)
     folder = root / "submitted" / student / LESSON
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / f"{LESSON}.ipynb")
@@ -61,6 +66,9 @@ def test_a_slow_right_answer_keeps_its_points_and_a_stuck_one_is_not_graded(tmp_
     shutil.copytree(REPO / "solutions", tmp_path / "solutions")
     _submit(tmp_path, "slow", SLOW_S)
     _submit(tmp_path, "stuck", STUCK_S)
+    runs = tmp_path / "loop-runs.txt"  # only an unsandboxed kernel can write outside its jail
+    if not sandboxed:
+        _submit(tmp_path, "looping", answer=_looping_answer(runs))
     monkeypatch.setenv("GRADER_CELL_WALL_TIMEOUT", str(WALL_S))
     start = time.monotonic()
     pipeline.grade(tmp_path, cell_timeout=CELL_CPU_S, submission_timeout=900, jobs=2, sandboxed=sandboxed,
@@ -72,6 +80,13 @@ def test_a_slow_right_answer_keeps_its_points_and_a_stuck_one_is_not_graded(tmp_
     assert float(slow[f"{LESSON}:split_sizes_tests"]) == 2, slow
     assert stuck["status"].startswith("not graded: " + submission.TOO_SLOW), stuck
     assert time.monotonic() - start < STUCK_S, "the backstop stopped the stuck cell, not its own end"
+    if not sandboxed:
+        # an answer past its limit scores 0 and runs once: the hidden run leaves it out, as it leaves out one that
+        # killed the kernel (it ran there too, using up its limit a second time: graders/execute.py OVER_LIMIT)
+        looping = rows["looping"]
+        assert looping["status"] == "graded" and float(looping[f"{LESSON}:split_sizes_tests"]) == 0, looping
+        assert float(looping["score"]) == float(looping["max_score"]) - 2, looping
+        assert runs.read_text() == "ran\n", "the looping answer ran again in the hidden run"
 
 
 def test_the_backstop_is_generous_and_can_be_set():
