@@ -20,6 +20,7 @@ sys.path.insert(0, ROOT)
 from graders.edition_cells import OverwriteCellsInEdition  # noqa: E402
 from graders.execute import CheckCanaries, CrashSafeExecute, JoinHiddenParts, PrepareCells  # noqa: E402
 from graders.gate import GradingPipelineOnly, refuse_autograde_app, refuse_outside_the_pipeline  # noqa: E402
+from graders.gradebook import install as stamp_gradebooks_without_a_subprocess  # noqa: E402
 from graders.hidden_runs import HiddenRuns, HoldHiddenTests  # noqa: E402
 from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
 from graders.release import LetRunAllGoOn  # noqa: E402
@@ -29,6 +30,7 @@ c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
 refuse_autograde_app()  # a bare `nbgrader autograde`, before it removes anything; the formgrader's button grades
 # through the pipeline (graders/formgrader.py)
+stamp_gradebooks_without_a_subprocess()  # a new gradebook's version without `alembic heads` (graders/gradebook.py)
 
 c.CourseDirectory.root = ROOT
 c.CourseDirectory.course_id = "multi-device-course"

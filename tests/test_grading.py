@@ -472,3 +472,32 @@ def test_grading_one_student_keeps_the_others_rows_and_says_when_a_submission_is
     with pytest.raises(ValueError, match="only_lessons names \\['05-nothing'\\]"):
         pipeline.grade(tmp_path, sandboxed=False, only_lessons=["05-nothing"])
     assert pipeline.main(["grade", "--root", str(tmp_path), "--student=s3", "--unsandboxed"]) == 2
+
+
+def test_a_new_gradebook_is_stamped_as_alembic_heads_says_without_running_it(tmp_path, monkeypatch):
+    """graders/gradebook.py: the newest of nbgrader's migrations, read from its files, is what `alembic heads` says; with
+    it installed (the course's config does so) a new gradebook gets that version with no `alembic` anywhere on PATH,
+    and a folder of migrations that branches is refused rather than guessed."""
+    import sqlite3
+
+    from nbgrader.api import Gradebook
+    from nbgrader.dbutil import _temp_alembic_ini
+
+    from graders import gradebook
+
+    with _temp_alembic_ini(f"sqlite:///{tmp_path / 'unused.db'}") as ini:
+        heads = subprocess.run([str(Path(sys.executable).parent / "alembic"), "-c", ini, "heads"], capture_output=True,
+                               text=True, check=True).stdout
+    assert gradebook.newest_migration() == heads.split()[0]
+    monkeypatch.setenv("PATH", "/nonexistent")
+    gradebook.install()
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}"):
+        pass
+    with sqlite3.connect(tmp_path / "gradebook.db") as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(heads.split()[0],)]
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    for name, follows in (("a", "None"), ("b", "'a'"), ("c", "'a'")):
+        (versions / f"{name}.py").write_text(f"revision = '{name}'\ndown_revision = {follows}\n")
+    with pytest.raises(ValueError, match="versions"):
+        gradebook.newest_migration(versions)
