@@ -108,7 +108,9 @@ def _grade_with(recorder, root, course_lessons, cell_timeout, submission_timeout
         results.append(result)
         if log:
             log(f"[{number}/{len(tasks)}] {result.student:<20} {result.lesson:<24} {result.status}"
-                + (f"  ({outcome.worker})" if outcome.worker else ""))
+                + (f"  ({outcome.worker})" if outcome.worker else "")
+                + (f"  (why: reports/not-graded/{task.student}/{task.lesson}.log)" if outcome.log and
+                   not result.status.startswith("graded") else ""))
     order = {(t.student, t.lesson): i for i, t in enumerate(tasks)}
     results.sort(key=lambda r: order.get((r.student, r.lesson), -1))
     write_grades_csv(root, results)

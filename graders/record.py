@@ -5,6 +5,7 @@ rendered in a fork of an nbgrader server under a time and a memory limit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -80,6 +81,8 @@ class Recorder:
 
     def record(self, task: Task, outcome: Outcome) -> Result:
         result = Result(task.student, task.lesson, outcome.status, outcome.seconds, tuple(outcome.flags))
+        with contextlib.suppress(OSError, RuntimeError):  # (a log that cannot be kept costs the grade nothing)
+            self._keep_log(task, outcome.log if not outcome.status.startswith("graded") else "")
         if not outcome.status.startswith("graded"):
             return result
         if len(outcome.notebook or "") > MAX_GRADED_CHARS:
@@ -109,12 +112,24 @@ class Recorder:
             late = gb.find_submission(task.lesson, task.student).total_seconds_late
         return f" (late by {datetime.timedelta(seconds=round(late))})" if late > 0 else ""
 
+    def _keep_log(self, task: Task, log: str) -> None:
+        """reports/not-graded/STUDENT/LESSON.log: why a submission has no grade, in nbgrader's or the judge's words, for
+        the instructor (never the student's feedback); removed once the submission is graded."""
+        path = self.root / "reports" / "not-graded" / task.student / f"{task.lesson}.log"
+        if not log:
+            if path.is_file() and not path.is_symlink():
+                path.unlink()
+            return
+        _folders(path.parent, self.root / "reports")
+        partial = path.with_name(f".{path.name}.recording")
+        partial.unlink(missing_ok=True)
+        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as f:
+            f.write(log)
+        os.replace(partial, path)
+
     def _write_graded(self, task: Task, text: str) -> None:
         folder = self.root / "autograded" / task.student / task.lesson
-        for part in (folder.parent.parent, folder.parent, folder):  # root writes: never through a link
-            if part.is_symlink():
-                raise RuntimeError(f"{part} is a symbolic link")
-            part.mkdir(exist_ok=True)
+        _folders(folder, self.root / "autograded")
         # nbgrader's exchange files travel with the graded notebook: generate_feedback copies them into feedback/,
         # where `nbgrader release_feedback` reads them (without them it fails, and no student gets feedback)
         written = {f"{task.lesson}.ipynb": text.encode("utf-8", errors="replace")}
@@ -177,3 +192,11 @@ class Recorder:
             self._feedback_server.close()
             self._feedback_server = None
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _folders(folder: Path, top: Path) -> None:
+    """`folder` and the folders between it and `top`, made by root: never through a symbolic link."""
+    for part in [top, *reversed([p for p in folder.parents if top in p.parents]), folder]:
+        if part.is_symlink():
+            raise RuntimeError(f"{part} is a symbolic link")
+        part.mkdir(exist_ok=True)

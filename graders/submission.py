@@ -58,3 +58,4 @@ class Outcome:
     verdict: dict | None = None  # the judge's, on that notebook
     flags: tuple[str, ...] = ()
     worker: str = ""
+    log: str = ""  # no grade: the end of what nbgrader or the judge said, for reports/not-graded/ (graders/record.py)

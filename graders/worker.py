@@ -20,6 +20,7 @@ from graders.slots import Slots, shared_machine_environ
 from graders.submission import KERNEL_DIED, KERNEL_HUNG, NO_REFERENCE, TIMED_OUT, TOO_SLOW, Outcome, Task
 
 MAX_CRASHES = 5
+LOG_CHARS = 20_000  # of what nbgrader (or the judge) said, kept for a submission it could not grade
 
 
 STALL_GRACE = 30  # seconds past a cell's wall-clock backstop (graders/cell_limit.py) after which it is a hung kernel
@@ -108,13 +109,15 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
             cell = _read_int(progress.name)
             skippable = why in (KERNEL_DIED, KERNEL_HUNG, limits.PROCESS_LIMIT) and cell is not None
             if not skippable or cell in skipped or len(skipped) >= MAX_CRASHES:
-                return Outcome("not graded: " + why + (f" (cell {cell})" if why == TOO_SLOW and cell is not None else ""))
+                return Outcome("not graded: " + why + (f" (cell {cell})" if why == TOO_SLOW and cell is not None else ""),
+                               log=proc.stderr[-LOG_CHARS:])
             skipped[cell] = why
         solution = course / "solutions" / lesson / f"{lesson}.ipynb"
         verdict = _judge(slots.judges[uid], solution, graded, verdicts, slots.memo, max(60.0, deadline - time.monotonic()))
         if "error" in verdict:  # (a reference it could not compute: helpers.grading.ReferenceFailed, no verdict)
             return Outcome("not graded: " + (NO_REFERENCE if "ReferenceFailed" in verdict["error"] else
-                                             "the judge failed on it (the grader's log has its traceback)"))
+                                             "the judge failed on it (reports/not-graded/ has its error)"),
+                           log=str(verdict["error"])[-LOG_CHARS:])
         flags = tuple(dict.fromkeys(verdict["flags"] + (_read_json(canaries) or [])))
         notebook = read_notebook_text(graded)
         if notebook is None:

@@ -501,3 +501,27 @@ def test_a_new_gradebook_is_stamped_as_alembic_heads_says_without_running_it(tmp
         (versions / f"{name}.py").write_text(f"revision = '{name}'\ndown_revision = {follows}\n")
     with pytest.raises(ValueError, match="versions"):
         gradebook.newest_migration(versions)
+
+
+def test_a_submission_the_grader_could_not_grade_leaves_the_instructor_its_reason(tmp_path, monkeypatch):
+    """A run nbgrader could not finish (here a kernel that cannot start: a grader's failure, never the student's) gives
+    no grade, and reports/not-graded/STUDENT/LESSON.log keeps why in nbgrader's own words, for the instructor, which
+    the run's progress line names; a grade of that submission removes it."""
+    spec = tmp_path / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"argv": ["/nonexistent/python", "-m", "ipykernel_launcher", "-f",
+                                                           "{connection_file}"], "display_name": "broken"}))
+    course = tmp_path / "course"
+    shutil.copytree(REPO / "solutions" / LESSON, course / "solutions" / LESSON)
+    (course / "submitted" / "s1" / LESSON).mkdir(parents=True)
+    shutil.copy(REPO / "solutions" / LESSON / f"{LESSON}.ipynb", course / "submitted" / "s1" / LESSON)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    lines = []
+    [result] = pipeline.grade(course, cell_timeout=30, submission_timeout=300, sandboxed=False, log=lines.append)
+    assert result.status == "not graded: nbgrader stopped on FileNotFoundError", result.status
+    log = course / "reports" / "not-graded" / "s1" / f"{LESSON}.log"
+    assert "/nonexistent/python" in log.read_text() and f"(why: {log.relative_to(course)})" in lines[-1], lines
+    assert not list(course.glob("feedback/**/*.log")), "the reason is the instructor's, not the student's feedback"
+    task = submission.Task("s1", LESSON, {}, "", False, 30, 300, b"")
+    record.Recorder(course).record(task, submission.Outcome("graded"))  # (its writes fail: a graded outcome still clears)
+    assert not log.exists()
