@@ -36,8 +36,7 @@ from graders import cell_limit, demonstrations, judge, limits
 from helpers import grading
 
 SKIPPED = "KernelDied"
-# resources' key: the answer cells (grade_ids) past their time limit here, which the hidden run leaves out
-OVER_LIMIT = "grader_answers_over_limit"
+OVER_LIMIT = "grader_answers_over_limit"  # resources' key: answer cells past their limit, left out of the hidden run
 MAX_OUTPUT_BYTES = int(os.environ.get("GRADER_MAX_OUTPUT_BYTES", str(2**20)))  # what a cell prints
 # Everything a cell outputs, the hidden tests' collected results included, and everything a notebook outputs:
 # a submission cannot make the graded notebook, the feedback or the coordinator's memory grow past these.
@@ -172,9 +171,10 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
         if watch.fired:
             record_failure(ProcessLimitReached.__name__)
             raise ProcessLimitReached(limits.PROCESS_LIMIT)
-        if self.cell_over_limit and (meta := cell.metadata.get("nbgrader", {})).get("solution") and not meta.get("grade"):
+        meta = cell.metadata.get("nbgrader", {})
+        if self.cell_over_limit and meta.get("solution") and not meta.get("grade"):
             resources.setdefault(OVER_LIMIT, set()).add(meta.get("grade_id"))
-        if cell.metadata.get("nbgrader", {}).get("grade") or HIDDEN_PART in cell.metadata:
+        if meta.get("grade") or HIDDEN_PART in cell.metadata:
             stderr_to_stdout(cell)
         return cell, resources
 

@@ -2,7 +2,7 @@
 
 nbgrader stamps every gradebook it creates with the newest of its alembic migrations, which it learns by running
 `alembic heads` (found on PATH: without the venv's bin there, creating a gradebook fails). That subprocess costs about
-1.2 CPU-seconds for each new gradebook: every grading run's, every formgrader's. The migrations are files of the
+a CPU-second for each new gradebook: every grading run's, every formgrader's. The migrations are files of the
 installed nbgrader, each naming its revision and the one it follows; the newest is the one no other follows, the same
 answer without a subprocess (tests/test_grading.py compares the two). The config (graders/nbgrader_config.py) installs
 it in every process that loads it.

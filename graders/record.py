@@ -121,11 +121,7 @@ class Recorder:
                 path.unlink()
             return
         _folders(path.parent, self.root / "reports")
-        partial = path.with_name(f".{path.name}.recording")
-        partial.unlink(missing_ok=True)
-        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as f:
-            f.write(log)
-        os.replace(partial, path)
+        _write(path, log.encode("utf-8", errors="replace"), 0o600)
 
     def _write_graded(self, task: Task, text: str) -> None:
         folder = self.root / "autograded" / task.student / task.lesson
@@ -138,12 +134,7 @@ class Recorder:
             if name not in written:
                 (folder / name).unlink(missing_ok=True)  # an earlier submission's
         for name, data in written.items():
-            partial = folder / f".{name}.recording"
-            partial.unlink(missing_ok=True)
-            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(partial, folder / name)
+            _write(folder / name, data, 0o644)
 
     def _save_scores(self, task: Task, notebook, verdict: dict) -> None:
         from nbgrader.api import Gradebook, MissingEntry
@@ -200,3 +191,12 @@ def _folders(folder: Path, top: Path) -> None:
         if part.is_symlink():
             raise RuntimeError(f"{part} is a symbolic link")
         part.mkdir(exist_ok=True)
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """`path` written whole or not at all (a partial file beside it, then renamed), never through a link."""
+    partial = path.with_name(f".{path.name}.recording")
+    partial.unlink(missing_ok=True)
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode), "wb") as f:
+        f.write(data)
+    os.replace(partial, path)
