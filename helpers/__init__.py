@@ -20,6 +20,8 @@ One module per concept:
   sharding      ZeRO and FSDP2 (lesson 5); it gathers sharding_reference (shard shapes, ZeRO's bytes, the single-process
                 Adam reference), sharding_workers (what each rank runs) and sharding_judging (the verdicts)
   fresh         a function in a fresh Python process (XLA settings, fork-based launchers)
+  import_heap   every interpreter of the course's environment imports torch (and the other heavy libraries) with the
+                garbage collector off, then freezes what it made (`make setup` installs it)
   grading       what a hidden test hands the grader's judge: a student's results as plain data
   refusal       the judge's references (@refusal.reference), refused to a student's code where hidden tests run
   hw_check      `make hw-check`: the lessons and their key figures on this machine
