@@ -8,14 +8,19 @@ import tempfile
 def own_etc(replaced: dict[str, str]) -> list[str]:
     """/etc as the jail's own folder: the machine's entries bound one by one (links copied), `replaced`'s files in
     place of theirs. Not the machine's /etc with files bound over: Linux drops a mount whose mount point another
-    namespace renames over, so useradd (which renames a new /etc/passwd in) took a running kernel's account away."""
+    namespace renames over, so useradd (which renames a new /etc/passwd in) took a running kernel's account away.
+    An entry gone by the time the jail starts is left out (--ro-bind-try): useradd's and vipw's /etc/group.PID live
+    for a moment, and one listed here then stopped the jail ("Can't find source path"), its submission not graded."""
     mounts = ["--perms", "0755", "--tmpfs", "/etc"]
     for name in sorted(set(os.listdir("/etc")) - set(replaced)):
         path = os.path.join("/etc", name)
-        if os.path.islink(path):
-            mounts += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path) or os.path.isfile(path):
-            mounts += ["--ro-bind", path, path]
+        try:
+            if os.path.islink(path):
+                mounts += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path) or os.path.isfile(path):
+                mounts += ["--ro-bind-try", path, path]
+        except OSError:  # a link gone meanwhile
+            continue
     for name, source in replaced.items():
         mounts += ["--ro-bind", source, f"/etc/{name}"]
     return mounts + ["--remount-ro", "/etc"]

@@ -6,10 +6,11 @@ of every XLA-backed hidden test."""
 import fcntl
 import os
 import shutil
+import subprocess
 
 import pytest
 
-from graders import sandbox
+from graders import jail_etc, sandbox
 from tests.test_jail import ACCOUNT, UID, _kernel, server  # noqa: F401  (server: the fixture)
 
 pytestmark = pytest.mark.skipif(sandbox.available() is not None, reason=f"no sandbox here: {sandbox.available()}")
@@ -38,3 +39,22 @@ def test_the_machine_replacing_its_account_files_leaves_the_jails_alone(tmp_path
         assert {"account": jail.run(ACCOUNT), "hosts": jail.run(HOSTS)} == before
     assert before["account"] == {"uid": UID - 1, "user": "grader", "group": "grader", "getuser": "grader"}
     assert "localhost" in before["hosts"]
+
+
+def test_a_jail_starts_though_an_etc_entry_it_listed_is_gone():
+    """useradd and vipw write /etc/group.PID, /etc/passwd.PID... for a moment (tests/test_exchange.py adds users while
+    other tests grade): a jail that listed /etc while one was there must start once it is gone, without it. Before,
+    bwrap stopped ("Can't find source path /etc/group.15019") and the submission was not graded (make test,
+    2026-12-06)."""
+    transient = f"/etc/group.course-test-{os.getpid()}"
+    with open(transient, "w"):
+        pass
+    try:
+        mounts = jail_etc.own_etc({})
+    finally:
+        os.unlink(transient)
+    assert transient in mounts
+    jail = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *mounts, "ls", "/etc"],
+                          capture_output=True, text=True, timeout=60)
+    assert jail.returncode == 0, jail.stderr
+    assert "passwd" in jail.stdout.split() and os.path.basename(transient) not in jail.stdout.split()
