@@ -37,12 +37,13 @@ class _FreezeAfterImport:
         if name not in cls.pending:
             return None
         cls.pending.discard(name)
-        if cls in sys.meta_path:  # (a program may have taken it out)
-            sys.meta_path.remove(cls)
+        watching = cls in sys.meta_path  # (a program may have taken it out: it stays out)
+        if watching:
+            sys.meta_path.remove(cls)  # the other finders find the spec
         try:
             spec = importlib.util.find_spec(name)
         finally:
-            if cls.pending:
+            if watching and cls.pending:
                 sys.meta_path.insert(0, cls)
         if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
             spec.loader.exec_module = _frozen_after(spec.loader.exec_module)
