@@ -201,7 +201,7 @@ test-versions:
 	done; done; \
 	if [ -n "$$failed" ]; then echo "test-versions FAILED:$$failed"; exit 1; fi; echo "test-versions: all passed"
 
-.venv-torch%/.installed: requirements.txt requirements.lock pyproject.toml helpers/versions.py
+.venv-torch%/.installed: requirements.txt requirements.lock pyproject.toml helpers/versions.py helpers/import_heap.py
 	@pins=$$($(PYTHON) -m helpers.versions | awk '$$1 == "$*" { print "torch==" $$2; if ($$3) print "torch_xla==" $$3 }'); \
 	test -n "$$pins" || { echo "torch $* is not one of helpers/versions.py's TESTED" >&2; exit 1; }; \
 	echo "Setting up .venv-torch$*/ ($$(echo $$pins)): several GB, minutes the first time"; \
