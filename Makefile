@@ -134,6 +134,14 @@ test: setup sandbox browser
 		--nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider \
 		-n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
+# test-seeds: the hidden inputs of the exercises that launch processes drawn on SEEDS seeds each (make test draws the
+# others on 8 and these on the two seeds of tests/test_hidden_grading.py's gradings): minutes, so a job of its own.
+SEEDS ?= 24
+.PHONY: test-seeds
+test-seeds: setup
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m pytest tests/test_hidden_seeds.py -k launching \
+		--launching-seeds=$(SEEDS) -p no:cacheprovider -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
+
 release: setup
 	$(BIN)/python -m graders.pipeline release
 

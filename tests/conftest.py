@@ -206,6 +206,9 @@ def graded_class(tmp_path_factory):
 # the worker that ran it: what the split between the xdist workers above is balanced on.
 def pytest_addoption(parser):
     parser.addoption("--module-times", default=None, help="write each test file's seconds to this JSON file")
+    parser.addoption("--launching-seeds", type=int, default=0,
+                     help="draw the hidden inputs of the exercises that launch processes on this many seeds "
+                          "(tests/test_hidden_seeds.py; make test-seeds)")
 
 
 _module_times: dict = {}
