@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import ast
 
-from graders import audit_source
+from graders import audit_reach, audit_source
+from graders.audit_reach import (ENVIRONMENT, LOADS_CODE, MODULES, PROGRAM_NAMES, PROGRAMS, STARTING, WRITERS,
+                                 child_code, real_path, starts_a_program, writes_code)
 from graders.audit_values import Values, parents_of
 
 # Helper functions the judges use as ground truth (helpers/refusal.py): an answer that calls one hands the judge its own answer.
@@ -49,16 +51,6 @@ FORBIDDEN_IN = {
 DYNAMIC_CALLS = {"eval", "exec", "compile", "globals", "locals", "vars", "breakpoint", "delattr", "setattr"}
 NAME_CALLS = {"getattr", "hasattr"}  # fine with a literal public name
 IMPORT_CALLS = {"__import__", "importlib.import_module"}  # fine with a literal module name
-# Every way of starting a program (an interpreter among them): by value, and by the names only such functions have.
-PROGRAMS = {"os.system", "os.popen", "os.fork_exec", "pty.spawn", "pty.fork", "os.forkpty", "os.startfile"}
-PROGRAM_NAMES = ("posix_spawn", "execv", "execl", "spawnv", "spawnl", "set_executable", "Popen", "check_output",
-                 "check_call", "getstatusoutput", "create_subprocess_", "startfile", "fork_exec")
-MODULES = {  # importing these is reaching the machinery that runs the code, not the lesson's libraries
-    "importlib", "imp", "runpy", "pkgutil", "zipimport", "inspect", "ctypes", "gc", "linecache", "marshal",
-    "pickle", "dill", "cloudpickle", "builtins", "IPython", "ipykernel", "traitlets", "types", "code", "codeop",
-    "dis", "subprocess", "multiprocessing.reduction", "sysconfig", "site", "atexit", "signal", "faulthandler",
-    "pty", "pydoc", "pdb", "bdb", "trace", "cProfile", "profile", "unittest", "cffi", "pexpect", "sh", "plumbum",
-}
 SYS_ATTRIBUTES = {"modules", "meta_path", "path_hooks", "path_importer_cache", "settrace", "setprofile",
                   "addaudithook", "excepthook", "displayhook", "_getframe", "stdout", "stderr", "__stdout__",
                   "__stderr__", "path"}
@@ -94,6 +86,11 @@ def audit(cells: list[tuple[str, str, set]], course_modules=frozenset()) -> list
     """Flags for the student's code cells: [(where, source, forbidden)], `where` naming the cell in the
     grader's words and `forbidden` the functions that the exercises it can serve ask to do without.
     `course_modules`: top-level modules the instructor's notebook imports (known even where not installed)."""
+    import importlib
+
+    for module in ("torch", "numpy", *sorted(m for m in MODULE_VALUES if m.startswith("helpers."))):
+        importlib.import_module(module)  # the lessons' own, so that real_path follows them in any process
+
     read = [(where, audit_source.trees(source), forbidden) for where, source, forbidden in cells]
     values = Values(ALIASES, MODULE_VALUES)
     values.learn([tree for _, trees, _ in read for tree in trees])
@@ -195,8 +192,12 @@ def _assignment(target, values: Values):
         if any(not full.startswith(SETTABLE) for full in values.resolve(target)):
             yield "changes an attribute of an imported module"
     elif isinstance(target, ast.Subscript):
-        if any(not full.startswith(SETTABLE) for full in values.resolve(target.value)):
+        resolved = values.resolve(target.value)
+        if any(not full.startswith(SETTABLE) for full in resolved):
             yield "changes an item of an imported module's data"
+        key = _literal(target.slice)
+        if resolved & {"os.environ"} and (key is None or key.upper().startswith(STARTING)):
+            yield ENVIRONMENT
 
 
 def _literal(node) -> str | None:
@@ -225,12 +226,18 @@ def _call(node, values: Values, forbidden: set, course: frozenset):
         yield from _module_rule(first, course) if first is not None else ["imports a module whose name it computes"]
     if name == "get_ipython" or "get_ipython" in called:
         yield "changes or drives the kernel (get_ipython, hooks, magics other than the usual ones)"
-    if _starts_a_program(node, name, called):
+    if starts_a_program(node, name, called):
         yield PROGRAM
-        for text in _child_code(node):
+        for text in child_code(node):
             yield from _code_rules(audit_source.trees(text), values, forbidden, course)
-    if "open" in called and _writes_code(node):
+    if "open" in called and writes_code(node):
         yield "writes a Python file (code that would run unseen by the grader)"
+    elif name in WRITERS and audit_reach.names_code_file(node):
+        yield "writes a Python file (code that would run unseen by the grader)"
+    if audit_reach.unpickles(node, called):
+        yield LOADS_CODE
+    if called & audit_reach.ENVIRONMENT_CALLS and audit_reach.environment_keys(node):
+        yield ENVIRONMENT
 
 
 def _by_name(node, values: Values, forbidden: set, reads: bool):
@@ -249,28 +256,6 @@ def _code_rules(trees, values: Values, forbidden: set, course: frozenset):
         yield from _rules(tree, values, forbidden, course)
 
 
-def _starts_a_program(node, name, called: set) -> bool:
-    """A call that starts a program; the shell escapes IPython writes for `!pip` and `!nvidia-smi` aside."""
-    if name in ("system", "getoutput") and not called:
-        return not _literal_startswith(node, ("pip ", "nvidia-smi"))
-    return bool(called & PROGRAMS) or any(v.rpartition(".")[2].startswith(PROGRAM_NAMES) for v in called | {name or ""})
-
-
-def _child_code(node) -> list[str]:
-    """The text a program start hands an interpreter to run: what follows `-c`, in a list or a command line."""
-    import shlex
-
-    texts = [text for part in ast.walk(node) if (text := _literal(part)) is not None]
-    found = [after for before, after in zip(texts, texts[1:]) if before.strip() == "-c"]  # [python, "-c", code]
-    for text in texts:  # "python -c 'code'"
-        try:
-            words = shlex.split(text)
-        except ValueError:
-            continue
-        found += [after for before, after in zip(words, words[1:]) if before == "-c"]
-    return found
-
-
 def _is_usual_magic(node) -> bool:
     """get_ipython().run_line_magic("matplotlib", "inline") and the like, as IPython writes a magic line; and
     get_ipython().system("pip ...") (whose program _call judges)."""
@@ -279,18 +264,6 @@ def _is_usual_magic(node) -> bool:
         return False
     what, line, _ = magic
     return what == "!" or MAGICS.get(what, lambda _: False)(line)
-
-
-def _literal_startswith(node, prefixes) -> bool:
-    text = _literal(node.args[0]) if node.args else None
-    return text is not None and text.strip().startswith(prefixes)
-
-
-def _writes_code(node) -> bool:
-    mode = _literal(node.args[1]) if len(node.args) > 1 else next(
-        (_literal(k.value) for k in node.keywords if k.arg == "mode"), None)
-    path = _literal(node.args[0]) if node.args else None
-    return bool(mode and set(mode) & set("wax")) and path is not None and path.endswith((".py", ".pth", ".so", ".pyc"))
 
 
 def _attribute(receivers: set, attr: str, forbidden: set):
@@ -315,6 +288,20 @@ def _attribute(receivers: set, attr: str, forbidden: set):
         if full in PROGRAMS:
             yield PROGRAM
         yield from _reference_rule(full)
+        yield from _reached(real_path(full), full)
+
+
+def _reached(real: str, spelled: str):
+    """The rules for what a dotted value really is, where another module's attribute leads elsewhere."""
+    yield from audit_reach.rules(real, spelled)
+    parts = real.split(".")
+    if real == spelled:
+        return
+    if parts[0] == "sys" and len(parts) > 1 and parts[1] in SYS_ATTRIBUTES - {"path", "stdout", "stderr"}:
+        yield MACHINERY
+    if real in PROGRAMS:
+        yield PROGRAM
+    yield from _reference_rule(real)
 
 
 def _name(node, values: Values, forbidden: set):

@@ -2,30 +2,27 @@
 
 The kernel that runs a student's notebook never runs a hidden test: HoldHiddenTests takes the hidden blocks out of
 the graded cells before graders/execute.py's PrepareCells sees them, so that kernel runs the visible tests only.
-After it, HiddenRuns starts a fresh kernel (one per submission, or per graded cell: kernel_per_exercise) exactly as
-nbgrader's Execute starts one (its kernel name, environment and time limits: sandboxed, the "course-sandbox"
-kernelspec, a fork of the warm kernel server in a new jail), and runs there, in the instructor's order up to each cell:
+After it, HiddenRuns starts a fresh kernel (one per submission, or per graded cell: kernel_per_exercise) as nbgrader's
+Execute starts one (sandboxed: a fork of the warm kernel server in a new jail), and runs there, in order, no cell's text
+in the kernel's history:
 
 * the instructor's prelude and released code cells, from the instructor's notebook (never the submission's copy),
-  but those nothing after them reads (graders/demonstrations.py decides, as it does for demonstrations);
-* the student's answer cells (nbgrader solution cells): no cell the student added, no other exercise's tests;
-* the definitions of the graded cell's visible tests (its functions, classes and imports, none of its checks);
-* its setup and collect parts, the setup drawing its cases from the submission's secret seed
-  (helpers.grading.hidden_random), drawn here with `secrets` for every grading;
+  but those nothing after them reads (graders/demonstrations.py);
+* the student's answer cells (no cell the student added, no other exercise's tests), then the definitions of the
+  graded cell's visible tests (its functions, classes and imports, none of its checks);
+* its setup and collect parts, as one function's body (judge.in_own_scope), the setup drawing its cases from the
+  submission's secret seed (helpers.grading.hidden_random), drawn with `secrets` for every grading;
 * before the first answer cell, the judge's references refused to the student's code from then on, in the kernel and
-  in the processes the course's launchers start from it (helpers/refusal.py: the instructor's cells, known by their
-  text, keep the calls they make), and after each answer cell a check that the kernel still names cells by their text.
+  every process it starts (helpers/refusal.py: the instructor's cells, known by their text, keep their calls), and
+  after each answer cell a check that the kernel still names cells by their text.
 
-A graded cell whose visible tests failed in the student's kernel has no part in that run: it scores nothing whatever
-its hidden tests would say, so they are left out (a lesson handed in unsolved starts no hidden kernel), and its record
-says so (graders/judge.py VISIBLE_FAILED).
+A graded cell whose visible tests failed in the student's kernel scores nothing, so its hidden tests are left out
+(an unsolved lesson starts no hidden kernel), and its record says so (judge.VISIBLE_FAILED).
 
-Of that run only the collections its last cell published are kept, with a record of the run (RECORD_MIME in
-graders/judge.py: the seed, how the run failed, how many results the notebook's own kernel published for the grader,
-which are all dropped), in the graded cell's outputs, where graders/judge.py reads them. Nothing else of the run is
-kept: what the student's code printed there, and so any hidden input, never reaches the graded notebook or the
-feedback. An answer cell that killed or hung the student's kernel, or ran past its time limit there (or in a hidden
-run), is left out of the later runs: run again, it would only use up its limit a second time.
+Of that run only the collections its last cell published are kept (MAX_RUN_BYTES in all), with a record of the run
+(judge.RECORD_MIME: the seed, how it failed, how many results the notebook's own kernel published, all dropped), in the
+graded cell's outputs: nothing the student's code printed there, so no hidden input, reaches the graded notebook or
+the feedback. An answer that killed, hung or overran a kernel is left out of the later runs (it would only do so again).
 """
 
 from __future__ import annotations
@@ -46,6 +43,8 @@ from helpers import grading
 
 PART = "grader_hidden_run"  # a run's cell: which part of the program it is, and whose
 MAX_COLLECTIONS = 3  # one is right; a few more are kept so that the judge sees, and flags, the extra ones
+# A submission's hidden collections in all (the lessons' under 2 MB); past it one is kept as a stub the judge fails
+MAX_RUN_BYTES = execute.MAX_NOTEBOOK_BYTES // 2
 EXCEPTIONS = {name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)}
 
 
@@ -64,17 +63,15 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
     """Each judged graded cell's hidden checks, run apart (the module's docstring)."""
 
     solution = Unicode("", help="The instructor's notebook (default: the lesson's in the course's source folder)").tag(config=True)
-    # One kernel for all of a submission's hidden runs, in the lesson's order: a kernel per exercise cost lesson 1
-    # +39% of its grading CPU (+2% so), past the budget; the cases are fresh per submission either way.
-    kernel_per_exercise = Bool(False, help="True: a fresh kernel for each exercise; False: one for all of a "
-                                           "submission's, in the lesson's order").tag(config=True)
+    kernel_per_exercise = Bool(False, help="True: a fresh kernel for each exercise (lesson 1: +39% of its grading CPU); "
+                                           "False: one for all of a submission's, in the lesson's order").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         resources = resources if resources is not None else {}
         solution = self._solution = judge.read_notebook(self.solution or _solution_path(self.config, resources))
         published = take_collections(nb)
         seed = secrets.randbelow(2**62)
-        self._left_out = skipped_answers(nb) | set(resources.get(execute.OVER_LIMIT, ()))
+        self._left_out, self._kept_bytes = skipped_answers(nb) | set(resources.get(execute.OVER_LIMIT, ())), 0
         by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells if c.cell_type == "code"}
         sources = {g: s for g, s in judged_sources(solution).items() if by_id.get(g) is not None
                    and by_id[g].metadata.get("nbgrader", {}).get("grade")}  # (a missing one: the judge says so)
@@ -142,7 +139,8 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
         if progress and os.path.exists(progress):
             os.utime(progress)  # the pipeline's watchdog sees a grading that goes on
         self.start_cell_clock()
-        cell, resources = super().preprocess_cell(cell, resources, index)
+        self._check_assign_resources(resources)  # nbconvert's preprocess_cell, but out of the kernel's history
+        cell, resources = self.execute_cell(cell, index, store_history=False), self.resources
         part = cell.metadata.get(PART, {})
         if self.cell_over_limit and part.get("kind") == "answer":
             self._left_out.add(part["grade_id"])  # it hung this run: the later runs go without it
@@ -158,10 +156,12 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
             return super().output(outs, msg, display_id, cell_index)
         text = content.get("data", {}).get(grading.MIME)
         collect = self.nb.cells[cell_index].metadata.get(PART, {}).get("kind") == "collect"
-        if not collect or sum(grading.MIME in o.get("data", {}) for o in outs) >= MAX_COLLECTIONS:
+        if not collect or sum(grading.MIME in o.get("data", {}) for o in outs) >= MAX_COLLECTIONS or (
+                type(text) is not str or len(text) > grading.MAX_BYTES):
             return None
-        if type(text) is not str or len(text) > grading.MAX_BYTES:
-            return None
+        self._kept_bytes += len(text)
+        if self._kept_bytes > MAX_RUN_BYTES:
+            text = json.dumps({"name": "(over the hidden runs' cap)", "data": None, "kernel": []})
         msg["content"] = {"data": {grading.MIME: text, "text/plain": "[results collected for the grader]"}, "metadata": {}}
         return super().output(outs, msg, None, cell_index)
 
@@ -186,8 +186,9 @@ def program(solution, submission, grade_ids, seed: int, left_out=frozenset()) ->
             continue
         if meta.get("grade_id") in grade_ids and meta.get("grade"):
             grade_id, parts = meta["grade_id"], judge.split(cell.source)
-            collect = judge.KERNEL_IMPORT + f"grading.use_hidden_seed({int(seed)})\n" + parts["setup"] + "\n" + parts["collect"]
-            cells += [_cell(tests_part(parts["visible"], collect), "tests", grade_id), _cell(collect, "collect", grade_id)]
+            collect = judge.hidden_part(parts, seed)
+            cells += [_cell(tests_part(parts["visible"], collect), "tests", grade_id),
+                      _cell(judge.in_own_scope(collect), "collect", grade_id)]
             found.add(grade_id)
         elif meta.get("solution"):
             if meta.get("grade_id") not in left_out:

@@ -30,6 +30,7 @@ author's run, no grading) collects in the notebook's own kernel, with the fixed 
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -55,6 +56,25 @@ REFUSED = {"ReferenceRefused": "ReferenceRefused: it calls one of the course's r
                                "hidden tests refuse to an answer"}
 # The notebook's import cell is the student's to edit: the collect part must not depend on it for `grading`.
 KERNEL_IMPORT = "from helpers import grading\n"
+
+
+SCOPE = "_hidden_tests"
+
+
+def hidden_part(parts: dict, seed: int) -> str:
+    """A hidden run's setup and collect parts: the cases drawn from `seed`, then the seed back to the fixed one."""
+    return (KERNEL_IMPORT + f"grading.use_hidden_seed({int(seed)})\n" + parts["setup"] + "\n"
+            + "grading.use_hidden_seed(grading.FIXED_SEED)\n" + parts["collect"])
+
+
+def in_own_scope(source: str) -> str:
+    """`source` as the body of a function called once: what the setup and collect parts bind (the hidden inputs, the
+    cases' random generator) are that function's locals, out of reach of the answer's functions, whose globals are the
+    kernel's. The seed goes back to the fixed one once the cases are drawn, so that nothing the answer can read holds
+    it (the cell's text is kept out of the kernel's history: graders/hidden_runs.py)."""
+    module = ast.parse(f"def {SCOPE}():\n    pass\n{SCOPE}()\ndel {SCOPE}\n")
+    module.body[0].body = ast.parse(source).body or module.body[0].body
+    return ast.unparse(module) + "\n"
 
 
 def split(source: str) -> dict | None:
@@ -192,14 +212,14 @@ def judge(solution, graded, apart: bool = True) -> dict:
             verdict["flags"] += [change for change in grading.in_grader_words(c["kernel"]) if change not in verdict["flags"]]
         mine = [c for c in found if c["name"] == grade_id]
         errored = run["failure"] is not None
+        if errored and apart:
+            verdict["message"] = _failed(run["failure"])
+            if mine:  # the instructor's collect publishes last: data from a run that failed was published by other code
+                verdict["flags"].append(f"{grade_id}: results arrived although the hidden run failed "
+                                        f"({str(run['failure'])[:100]}): published by code other than the collect part")
+            continue
         if len(mine) != 1 or len(found) != 1:
             verdict["message"] = "the hidden tests' results did not arrive" if not mine else "more than one collection"
-            if errored and apart and not mine:
-                verdict["message"] = ("your answer calls one of the reference implementations of the course, which the "
-                                      "hidden tests refuse to an answer: write that code yourself"
-                                      if run["failure"] in REFUSED.values() else
-                                      f"the hidden tests failed on your answer ({str(run['failure'])[:100]}); they run "
-                                      "the lesson's own cells and your answer cells, not cells you added")
             if mine or not errored:  # an honest failure shows its error; silence or extra data is the kernel's doing
                 verdict["flags"].append(f"{grade_id}: {verdict['message']}, although the cell reported no error"
                                         if not mine else f"{grade_id}: {verdict['message']}")
@@ -219,10 +239,21 @@ def judge(solution, graded, apart: bool = True) -> dict:
             verdict["message"] = f"{type(error).__name__}: {error}"[:500]
         else:
             verdict["passed"] = True
+        if isinstance(namespace.get("_flag"), str):  # the judge part could not judge as it does elsewhere
+            verdict["flags"].append(f"{grade_id}: {namespace['_flag']}")
     for v in verdicts.values():
         flags += v["flags"]
     flags += audit.audit(student_cells(solution, graded), audit.course_modules(solution))
     return {"cells": verdicts, "flags": sorted(set(flags))}
+
+
+def _failed(failure: str) -> str:
+    """The verdict on an exercise whose hidden run failed (graders/hidden_runs.py's record says how)."""
+    if failure in REFUSED.values():
+        return ("your answer calls one of the reference implementations of the course, which the hidden tests refuse "
+                "to an answer: write that code yourself")
+    return (f"the hidden tests failed on your answer ({str(failure)[:100]}); they run the lesson's own cells and your "
+            "answer cells, not cells you added")
 
 
 @contextlib.contextmanager

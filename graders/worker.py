@@ -26,7 +26,7 @@ LOG_CHARS = 20_000  # of what nbgrader (or the judge) said, kept for a submissio
 STALL_GRACE = 30  # seconds past a cell's wall-clock backstop (graders/cell_limit.py) after which it is a hung kernel
 
 
-GRADER_MEMORY_BYTES = int(os.environ.get("GRADER_OWN_MEMORY_BYTES", str(16 * 2**30)))  # the judge's, a feedback page's
+GRADER_MEMORY_BYTES = int(os.environ.get("GRADER_OWN_MEMORY_BYTES", str(16 * 2**30)))  # autograde's, the judge's, a feedback page's
 
 
 def run_here(tasks: list[Task], template: bytes, jobs: int, sandboxed: bool, log=None):
@@ -101,7 +101,7 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
             Path(failure).unlink(missing_ok=True)
             proc = nbgrader(course, "autograde", lesson, f"--student={student}", "--create", "--force",
                             timeout=left, env=env, stalled_after=cell_limit.wall_seconds(task.cell_timeout) + STALL_GRACE,
-                            server=slots.nbgraders[uid])
+                            server=slots.nbgraders[uid], memory_bytes=GRADER_MEMORY_BYTES)  # decodes the kernel's messages
             graded = course / "autograded" / student / lesson / f"{lesson}.ipynb"
             if proc.returncode == 0 and graded.is_file():
                 break

@@ -21,3 +21,7 @@ def _in_child() -> None:
 
 gc.disable()
 os.register_at_fork(before=_before_fork, after_in_child=_in_child)
+
+from helpers import refusal  # noqa: E402
+
+refusal.forget_inherited()

@@ -36,8 +36,29 @@ from pathlib import Path
 from .language import message, say
 
 CELL_NAME = "IPYKERNEL_CELL_NAME"  # ipykernel names every cell's code by this variable when it is set
-_state = None  # once refusing: (the instructor's cells' file names, the references those cells name), or REFUSE_ALL
 REFUSE_ALL = "all"
+# The state, for the interpreters a refusing process starts by any route (a spawned process, a subprocess, a program
+# that runs Python): they refuse as it does from their first import of the helpers. graders/audit.py flags an answer
+# that changes a COURSE_ variable.
+ENV = "COURSE_REFUSAL"
+
+
+def _from_environment():
+    text = os.environ.get(ENV)
+    if text is None:
+        return None
+    try:
+        files, names = json.loads(text)
+        return frozenset(map(str, files)), frozenset(map(str, names))
+    except (ValueError, TypeError):
+        return REFUSE_ALL  # "all", or anything else: refuse everything
+
+
+def _environment(state) -> str:
+    return REFUSE_ALL if state == REFUSE_ALL else json.dumps([sorted(state[0]), sorted(state[1])])
+
+
+_state = _from_environment()  # once refusing: (the instructor's cells' file names, the references they name), or REFUSE_ALL
 
 
 class ReferenceRefused(RuntimeError):
@@ -51,8 +72,8 @@ def reference(fn):
     @functools.wraps(fn)
     def judged(*args, **kwargs):
         if _state is not None and _refused(fn.__name__, sys._getframe(1)):
-            raise ReferenceRefused(f"{name} is the grader's reference: the hidden tests refuse it to an answer "
-                                   "(write the exercise's code yourself)")
+            raise ReferenceRefused(say("{name} is the grader's reference: the hidden tests refuse it to an answer "
+                                       "(write the exercise's code yourself)", name=name))
         if _state is None and _in_a_kernel():
             _notice(name, sys._getframe(1))
         return fn(*args, **kwargs)
@@ -72,15 +93,27 @@ def refuse(instructor_sources, instructor_names) -> None:
 
     if CELL_NAME in os.environ:
         _state = REFUSE_ALL
-        return
-    _state = (frozenset(get_file_name(source) for source in instructor_sources), frozenset(instructor_names))
+    else:
+        _state = (frozenset(get_file_name(source) for source in instructor_sources), frozenset(instructor_names))
+    os.environ[ENV] = _environment(_state)
 
 
 def answer_ran() -> None:
-    """After an answer cell: a kernel told to name the cells' code otherwise could name it as the instructor's."""
+    """After an answer cell: a kernel told to name the cells' code otherwise could name it as the instructor's; and
+    an answer that took the state out of the environment finds it there again."""
     global _state
     if _state is not None and CELL_NAME in os.environ:
         _state = REFUSE_ALL
+    if _state is not None:
+        os.environ[ENV] = _environment(_state)
+
+
+def forget_inherited() -> None:
+    """A fork server's, at its start: its children refuse as the process that asks for each of them does (`carried`),
+    not as the one that happened to start the server."""
+    global _state
+    _state = None
+    os.environ.pop(ENV, None)
 
 
 def refusing() -> bool:
@@ -96,7 +129,16 @@ def _refusing_as(state, fn, *args, **kwargs):
     __tracebackhide__ = True
     global _state
     _state = state
-    return fn(*args, **kwargs)
+    before = os.environ.get(ENV)
+    if state is not None:
+        os.environ[ENV] = _environment(state)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before
 
 
 _BASES = {_refusing_as.__code__}  # and IPython's, where a cell runs (`refuse`)

@@ -68,6 +68,31 @@ ROUTES = [
     ("average", "import os, sys\nos.system(sys.executable + \" -c 'x'\")\n"
                 "os.execv(sys.executable, [sys.executable, '-c', 'import helpers.ddp as d; d.reference_train()'])"),
     ("average", "!python -c 'from helpers.ddp import reference_train'"),
+    # a module reached through another module's attributes, by what it is (graders/audit.py real_path)
+    ("quiz", "import numpy as np\napi = np.ctypeslib.ctypes.pythonapi"),
+    ("quiz", "torch.serialization.pickle.loads(b'')"),
+    ("quiz", "import traceback\nsource = traceback.linecache.cache"),
+    ("quiz", "import shutil\nshutil.os.system('ls')"),
+    ("quiz", "modules = os.sys.modules"),
+    ("average", "import helpers.launch\nf = helpers.launch.os.sys.modules['helpers.ddp']"),
+    # native code and pickles, which run code the audit cannot read
+    ("quiz", "import numpy as np\nlib = np.ctypeslib.load_library('libc', '/lib')"),
+    ("quiz", "torch.ops.load_library('/tmp/x.so')"),
+    ("quiz", "from torch.utils import cpp_extension"),
+    ("quiz", "torch.load('x.pt', weights_only=False)"),
+    ("quiz", "options = {'weights_only': False}\ntorch.load('x.pt', **options)"),
+    ("quiz", "import numpy as np\nnp.load('x.npy', allow_pickle=True)"),
+    ("quiz", "import copyreg"),
+    # what a new program or interpreter runs before its first line
+    ("quiz", "os.environ['LD_PRELOAD'] = '/tmp/x.so'"),
+    ("quiz", "os.environ.update({'PYTHONSTARTUP': 'x.py'})"),
+    ("quiz", "key = 'LD_' + 'PRELOAD'\nos.environ[key] = 'x'"),
+    ("quiz", "os.environ.pop('COURSE_REFUSAL', None)"),
+    ("quiz", "os.putenv('PYTHONPATH', '/tmp')"),
+    ("quiz", "sys.path.insert(0, '/tmp')"),
+    ("quiz", "import sys as s\ns.path.append('/tmp')"),
+    ("quiz", "import pathlib\npathlib.Path('/tmp/x.pth').write_text('import os')"),
+    ("quiz", "torch.save({}, 'sitecustomize.py')"),
 ]
 LATER_CELL = "m = ddp"
 
@@ -105,6 +130,11 @@ HONEST = [
     "m = getattr(model, 'module', model)\nfor name in ('weight', 'bias'):\n    getattr(m, 'fc')",
     "import numpy as np\nrng = np.random\nx = rng.default_rng(0)",
     "def f(x: 'torch.Tensor') -> 'torch.Tensor':\n    return x",
+    "os.environ['MASTER_PORT'] = '29500'\nos.environ.setdefault('OMP_NUM_THREADS', '1')",
+    "state = torch.load(path)\nstate = torch.load(path, weights_only=True, map_location='cpu')",
+    "torch.save(model.state_dict(), 'checkpoint.pt')\nprint(os.path.join('a', 'b'))",
+    "import numpy as np\nx = np.load('x.npy')\ny = np.random.default_rng(0).normal(size=3)",
+    "from torch.distributed.fsdp import fully_shard\nimport torch.distributed.checkpoint as dcp",
 ]
 
 

@@ -48,6 +48,16 @@ def _replace(result):
         publish_display_data({{"{grading.MIME}": json.dumps({{"name": "split_sizes_tests", "data": {RIGHT_DATA}, "kernel": []}})}})
 get_ipython().events.register("post_run_cell", _replace)
 '''
+# Right on the visible tests' cases; on the hidden ones it reports what of the hidden run it can reach from its globals
+LOOKS_AROUND = ("def my_split_sizes(batch_size, n_devices):\n"
+                "    if (batch_size, n_devices) in ((64, 2), (10, 3)):\n"
+                "        return {64: [32, 32], 10: [4, 4, 2]}[batch_size]\n"
+                "    import sys\n"
+                "    from helpers import grading as g\n"
+                "    main = vars(sys.modules['__main__'])\n"
+                "    history = list(main.get('In', [])) + list(main.get('_ih', []))\n"
+                "    return [sorted(n for n in ('_cases', '_rng', '_results', '_got') if n in main), g._hidden_seed,\n"
+                "            any('use_hidden_seed' in str(text) for text in history)]\n")
 RECORDING = "_SEEN = []\n\n\ndef _record(n, k):\n    _SEEN.append((n, k))\n\n\n"
 PRINT_SEEN = 'print("\\n".join(f"SEEN {n}x{k}" for n, k in _SEEN))'
 
@@ -75,6 +85,9 @@ def _submissions():
     _cell(nb, "split_sizes").source = WRONG
     nb.cells.insert(nb.cells.index(_cell(nb, "split_sizes")), nbformat.v4.new_code_cell(HOOK))
     made["forges_with_a_hook"] = nb
+    nb = solution()
+    _cell(nb, "split_sizes").source = LOOKS_AROUND
+    made["looks_around"] = nb
     nb = solution()  # a right function that records its inputs, printed by a later cell: graded twice
     answer = _cell(nb, "split_sizes")
     answer.source = RECORDING + answer.source.replace("    ### BEGIN SOLUTION\n", "    _record(batch_size, n_devices)\n", 1)
@@ -119,6 +132,15 @@ def test_a_replaced_publisher_is_flagged(graded):
     root, _ = graded
     for student in ("forges_in_its_answer", "forges_in_a_cell_of_its_own"):
         assert grading.PUBLISHER_CHANGED in _points(root, student)[1], student
+
+
+def test_the_answer_reaches_neither_the_hidden_inputs_nor_their_seed(graded):
+    """Where the hidden run calls the answer, its globals hold no hidden part's name (they are a function's locals:
+    judge.in_own_scope), the seed is the fixed one again, and the kernel's history holds no cell's text."""
+    root, _ = graded
+    (found,), _ = judge.collections(_cell(_graded_notebook(root, "looks_around"), "split_sizes_tests"))
+    seen = [value for value in found["data"] if value not in ([32, 32], [4, 4, 2])]
+    assert len(seen) > 300 and all(value == [[], grading.FIXED_SEED, False] for value in seen), seen[:1]
 
 
 def test_recorded_hidden_inputs_reach_neither_the_graded_notebook_nor_the_feedback(graded):

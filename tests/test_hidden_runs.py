@@ -50,7 +50,8 @@ def test_a_hidden_run_is_built_from_the_instructors_source():
     assert "ADDED BY THE STUDENT" not in sources and "RELEASED CELL CHANGED" not in sources
     assert "chunk_forbidden():  # torch.chunk" not in sources, "another exercise's tests"
     assert "class _Recording" in cells[-2].source and "_check_dp_gradients(10, 3)" not in cells[-2].source
-    assert cells[-1].source.startswith(judge.KERNEL_IMPORT + "grading.use_hidden_seed(1234)\n")
+    assert cells[-1].source.startswith(f"def {judge.SCOPE}():\n    from helpers import grading\n"
+                                       "    grading.use_hidden_seed(1234)\n")
     assert "def device0_extra_bytes" not in sources, "no later answer"
     kept = hidden_runs.needed(cells)
     assert len(kept) < len(cells) and not any("torch.randn(64, 32)" in c.source for c in kept), "a demonstration runs"
@@ -106,3 +107,42 @@ def test_the_students_own_collections_are_taken_out():
     record = hidden_runs.record(5, None, 0)
     _cell(nb, "quiz").outputs = [forged, record]
     assert hidden_runs.take_collections(nb) == 2 and _cell(nb, "quiz").outputs == []
+
+
+def test_the_hidden_parts_names_and_seed_are_out_of_the_answers_reach():
+    """The setup and collect parts run as a function's body (judge.in_own_scope): the answer's functions, whose
+    globals are the kernel's, find no hidden input there (lesson 2's worker reading `_cases` took every rank's
+    data_seed), and the seed is back to the fixed one when the answer runs."""
+    namespace = {}
+    exec("def f(x):\n"
+         "    from helpers import grading\n"
+         "    return [sorted(n for n in ('_cases', '_rng', '_runs', '_got') if n in globals()), grading._hidden_seed]\n",
+         namespace)
+    collect = (judge.KERNEL_IMPORT + "grading.use_hidden_seed(77)\n_rng = grading.hidden_random()\n"
+               "_cases = [_rng.random()]\ngrading.use_hidden_seed(grading.FIXED_SEED)\n_runs = [f(c) for c in _cases]\n"
+               "SEEN.extend(_runs)\n")
+    namespace["SEEN"] = []
+    try:
+        exec(judge.in_own_scope(collect), namespace)
+    finally:
+        grading.use_hidden_seed(grading.FIXED_SEED)
+    assert namespace["SEEN"] == [[[], grading.FIXED_SEED]]
+    assert judge.SCOPE not in namespace
+    exec(collect, namespace)  # the same parts at the kernel's top level, as before
+    assert namespace["SEEN"][-1][0] == ["_cases", "_rng"]
+
+
+def test_collections_past_the_runs_cap_are_kept_as_a_stub_the_judge_fails(monkeypatch):
+    """Issue 40: a submission's hidden collections count against one cap (hidden_runs.MAX_RUN_BYTES); past it a
+    collection is kept as a stub, never dropped silently (a forged first collection would then stand alone)."""
+    monkeypatch.setattr(hidden_runs, "MAX_RUN_BYTES", 300)
+    runs = hidden_runs.HiddenRuns()
+    runs.nb = nbformat.v4.new_notebook(cells=[hidden_runs._cell("_got = 1", "collect", "t_tests")])
+    runs._kept_bytes, runs.clear_before_next_output, outs = 0, False, []
+    for value in ([1] * 40, [2] * 40):
+        msg = {"msg_type": "display_data", "header": {"msg_type": "display_data"},
+               "parent_header": {"msg_id": "m"},
+               "content": {"data": {grading.MIME: grading.dumps("t_tests", value)}, "metadata": {}}}
+        runs.output(outs, msg, None, 0)
+    found, _ = judge.collections({"outputs": outs})
+    assert [c["name"] for c in found] == ["t_tests", "(over the hidden runs' cap)"]

@@ -191,6 +191,8 @@ ERROR = {"output_type": "error", "ename": "NameError", "evalue": "f", "traceback
     ([_collection([1, 4, 10])], False, False),  # a wrong answer
     ([_collection((1, 4, 9))], False, False),  # a tuple is not the list the judge wants
     ([ERROR], False, False),  # an honest crash: no data, no flag
+    ([_collection([1, 4, 9]), ERROR], False, True),  # right data published by the answer, which then raised
+    ([ERROR, _collection([1, 4, 9])], False, True),
     ([], False, True),  # no data and no error: the kernel stopped the collection
     ([_collection([1, 4, 9]), _collection([1, 4, 9])], False, True),  # a forged second collection
     ([_collection([1, 4, 9], name="other_tests")], False, True),
@@ -382,6 +384,20 @@ def test_the_judge_reads_only_what_the_hidden_run_recorded():
     assert judge.KERNEL_COLLECTED in result["flags"]
 
 
+@pytest.mark.parametrize("failure", ["it ran past its time limit", "the kernel died or hung", "ValueError",
+                                     judge.REFUSED["ReferenceRefused"]])
+def test_results_from_a_run_that_failed_score_nothing_and_are_flagged(failure):
+    """The collect part publishes its results last: a run that failed after results arrived (an answer that published
+    right data itself, then raised or looped) is judged by its failure, never by the data."""
+    solution, graded = _notebooks([_collection([1, 4, 9])])
+    graded.cells[1].outputs[-1] = hidden_runs.record(grading.FIXED_SEED, failure, 0)
+    result = judge.judge(solution, graded)
+    assert not result["cells"]["t_tests"]["passed"] and result["flags"]
+    graded.cells[1].outputs = graded.cells[1].outputs[-1:]  # the same failure without results: no flag
+    result = judge.judge(solution, graded)
+    assert not result["cells"]["t_tests"]["passed"] and not result["flags"]
+
+
 def test_a_cell_whose_visible_tests_failed_is_judged_without_a_hidden_run():
     """graders/hidden_runs.py leaves a cell whose visible tests failed in the student's kernel out of the hidden run
     (it scores nothing whatever they say): its record says so. The judge fails it without a flag when the cell shows
@@ -396,3 +412,20 @@ def test_a_cell_whose_visible_tests_failed_is_judged_without_a_hidden_run():
             hidden_runs.record(grading.FIXED_SEED, judge.VISIBLE_FAILED, 0)]
         result = judge.judge(solution, graded)
         assert not result["cells"]["t_tests"]["passed"] and result["flags"], outputs
+
+
+def test_a_judge_part_that_could_not_judge_as_elsewhere_flags_the_cell(monkeypatch):
+    """Issue 43: lesson 4's part B judged on a grading machine without torch_xla reads the answer's source instead of
+    its XLA runs: the verdict stands, and the cell is flagged for a person (grading.JUDGED_WITHOUT_XLA)."""
+    from helpers import xla
+
+    monkeypatch.setattr(xla, "available", lambda: False)
+    lesson = "04-accelerate-tpu"
+    solution = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    graded = nbformat.from_dict(json.loads(json.dumps(solution)))
+    cell = next(c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "spmd_tests")
+    source = "def shard_batch(batch, mesh):\n    xs.mark_sharding(batch, mesh, ('data', None))\n    return batch\n"
+    cell.outputs = [nbformat.from_dict(_collection({"source": source}, name="spmd_tests")),
+                    hidden_runs.record(grading.FIXED_SEED, None, 0)]
+    verdict = judge.judge(solution, graded)["cells"]["spmd_tests"]
+    assert verdict["passed"] and verdict["flags"] == [f"spmd_tests: {grading.JUDGED_WITHOUT_XLA}"]

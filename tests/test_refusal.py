@@ -3,6 +3,9 @@ whatever route reaches them (a call, an alias, a partial, a thread, text run as 
 cells renamed), while the instructor's own calls in that run go through."""
 
 import functools
+import os
+import subprocess
+import sys
 import threading
 
 import nbformat
@@ -46,6 +49,7 @@ def sharding_tensor():
 def _not_refusing():
     yield
     refusal._state = None
+    os.environ.pop(refusal.ENV, None)
 
 
 def test_the_instructors_calls_go_through_and_the_references_are_plain_functions_elsewhere():
@@ -93,6 +97,27 @@ def test_a_refusing_process_ships_its_refusals_to_the_processes_it_starts():
     with pytest.raises(Exception, match="ReferenceRefused"):
         fresh.run(job, timeout_s=120)
     assert isinstance(refusal.carried(job), functools.partial) and threading.current_thread() is threading.main_thread()
+
+
+def _python_calls_a_reference(**env):
+    code = "from helpers import sharding\nprint(sharding.local_shape((5, 3), 2, 1))"
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_an_interpreter_a_refusing_process_starts_refuses_as_it_does():
+    """A fresh interpreter (a spawned process, a subprocess, an interpreter started by a program) inherits the
+    refusal with the environment: an answer's child process does not get the references back."""
+    assert _python_calls_a_reference().returncode == 0
+    ran = refusal._refusing_as((frozenset(), frozenset({"local_shape"})), _python_calls_a_reference)
+    assert ran.returncode != 0 and "ReferenceRefused" in ran.stderr
+    assert refusal.ENV not in os.environ, "the process that launched it is as it was"
+    for text in ("all", "{not json", "[1]"):
+        ran = _python_calls_a_reference(**{refusal.ENV: text})
+        assert ran.returncode != 0 and "ReferenceRefused" in ran.stderr, text
+    refusal._state = (frozenset(), frozenset())
+    refusal.answer_ran()  # after an answer cell the environment holds the state again, whatever the answer did
+    assert refusal._from_environment() == refusal._state
 
 
 def test_a_hidden_run_refuses_them_in_the_kernel_and_in_launched_ranks(tmp_path):
