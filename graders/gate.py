@@ -1,9 +1,11 @@
 """Only the grading pipeline autogrades: nbgrader's own autograde, run any other way (a bare `nbgrader autograde`,
 nbgrader's API), would run student code without the sandbox and the judge, and would first remove the graded
-notebook it replaces. The course config refuses it, before it touches anything where it can (the command line);
-the formgrader's Autograde button grades through the pipeline instead (graders/formgrader.py).
+notebook it replaces. The course config refuses it before it touches anything: the command line while its config
+loads, any other way (nbgrader's API) where nbgrader would remove that notebook. The formgrader's Autograde button
+grades through the pipeline instead (graders/formgrader.py).
 """
 
+import functools
 import os
 import textwrap
 
@@ -32,6 +34,22 @@ def refuse_autograde_app() -> None:
     running = getattr(AutogradeApp, "_instance", None)  # (set on the base classes too: any nbgrader app's)
     if os.environ.get(PIPELINE) != "1" and isinstance(running, AutogradeApp):
         raise SystemExit(textwrap.fill(REFUSAL, 100))
+
+
+def guard_autograde_destination() -> None:
+    """nbgrader removes the graded notebook an autograde replaces before its pre-convert hook runs, and removes it
+    again on any failure while it converts: an autograde the pipeline did not start is refused before the conversion
+    begins, where nothing has been removed and no failure handler runs."""
+    from nbgrader.converters import Autograde
+
+    original = getattr(Autograde.convert_notebooks, "__wrapped__", Autograde.convert_notebooks)
+
+    @functools.wraps(original)
+    def convert_notebooks(self):
+        refuse_outside_the_pipeline()
+        return original(self)
+
+    Autograde.convert_notebooks = convert_notebooks
 
 
 class GradingPipelineOnly(NbGraderPreprocessor):

@@ -19,7 +19,8 @@ sys.path.insert(0, ROOT)
 
 from graders.edition_cells import OverwriteCellsInEdition  # noqa: E402
 from graders.execute import CheckCanaries, CrashSafeExecute, JoinHiddenParts, PrepareCells  # noqa: E402
-from graders.gate import GradingPipelineOnly, refuse_autograde_app, refuse_outside_the_pipeline  # noqa: E402
+from graders.gate import (GradingPipelineOnly, guard_autograde_destination, refuse_autograde_app,  # noqa: E402
+                          refuse_outside_the_pipeline)
 from graders.gradebook import install as stamp_gradebooks_without_a_subprocess  # noqa: E402
 from graders.hidden_runs import HiddenRuns, HoldHiddenTests  # noqa: E402
 from graders.redact import RedactHiddenTests, SanitizeOutputs  # noqa: E402
@@ -30,6 +31,7 @@ c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
 refuse_autograde_app()  # a bare `nbgrader autograde`, before it removes anything; the formgrader's button grades
 # through the pipeline (graders/formgrader.py)
+guard_autograde_destination()  # nbgrader's API, run any other way: refused before it removes a graded notebook
 stamp_gradebooks_without_a_subprocess()  # a new gradebook's version without `alembic heads` (graders/gradebook.py)
 
 c.CourseDirectory.root = ROOT

@@ -238,3 +238,13 @@ def _run_the_class(root: Path, exchange: Path, full: Student, blank: Student, vi
         fetched = [p.read_text() for p in (student.home / LESSON / "feedback").glob(f"*/{LESSON}.html")]
         assert fetched == [(root / "feedback" / student.name / LESSON / f"{LESSON}.html").read_text()], "theirs, only"
         assert f"Score: {score:.1f} / {most:.1f}" in fetched[0]
+
+
+def test_the_instructors_page_names_this_nbgraders_default_exchange():
+    """Issue 39: the page named another exchange folder than the nbgrader the course pins uses by default."""
+    import nbgrader
+    from nbgrader.exchange.default.exchange import Exchange
+
+    page = " ".join((REPO / "website" / "pages" / "instructors.md").read_text().split())
+    root = Exchange.class_traits()["root"].default_value
+    assert f"by default `{root}` in this nbgrader, {nbgrader.__version__}" in page

@@ -349,10 +349,11 @@ def test_grading_leaves_the_student_notebooks_as_make_release_wrote_them(tmp_pat
     assert sorted(p.name for p in (tmp_path / "notebooks").iterdir()) == [lesson]
 
 
-def test_the_formgraders_autograde_is_refused_with_the_right_command(tmp_path):
-    """The formgrader's Autograde button (NbGraderAPI.autograde, with the course's config) would run student code
-    without the sandbox and the judge: it is refused, with a message naming `make grade`. `make instructor` records the
-    lessons in the gradebook first, so that the formgrader works on a fresh clone."""
+def test_nbgraders_own_autograde_api_is_refused_before_it_removes_a_grade(tmp_path):
+    """nbgrader's API (NbGraderAPI.autograde with the course's config: what the formgrader's button calls where
+    graders/formgrader.py does not route it through the pipeline) would run student code without the sandbox and the
+    judge: it is refused, with a message naming `make grade`, and the graded notebook it would replace is still there.
+    `make instructor` records the lessons in the gradebook first, so that the formgrader works on a fresh clone."""
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config.loader import PyFileConfigLoader
@@ -367,8 +368,13 @@ def test_the_formgraders_autograde_is_refused_with_the_right_command(tmp_path):
     config.CourseDirectory.root = str(tmp_path)
     api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
     assert api.get_assignment(lesson)["name"] == lesson, "the formgrader finds the lesson in the gradebook"
+    graded = tmp_path / "autograded" / "s1" / lesson / f"{lesson}.ipynb"
+    graded.parent.mkdir(parents=True)
+    shutil.copy(folder / f"{lesson}.ipynb", graded)
+    os.utime(graded, (1, 1))  # older than the submission: nbgrader would replace it even without --force
     outcome = api.autograde(lesson, "s1")
-    assert not outcome["success"] and "make grade" in outcome["log"] + outcome.get("error", "")
+    assert not outcome["success"] and "make grade" in outcome.get("log", "") + outcome.get("error", "")
+    assert graded.exists(), "the grade recorded before is kept"
     assert not (tmp_path / "notebooks").exists(), "recording the lessons released nothing into notebooks/"
 
 

@@ -176,3 +176,14 @@ def test_run_all_goes_on_past_the_released_exercises(lesson):
         exercise = cell.cell_type == "code" and bool(meta.get("solution") or meta.get("grade"))
         assert ("raises-exception" in cell.metadata.get("tags", [])) == exercise, cell.source[:80]
     assert not [c for c in _source(lesson).cells if "raises-exception" in c.metadata.get("tags", [])]
+
+
+def test_a_wrong_uneven_split_is_told_what_it_returned():
+    """Issue 39: the visible check of lesson 1's split says what the function returned, not only what it should."""
+    from graders import judge
+    from helpers import dataparallel
+
+    cell = next(c for c in _source("01-dataparallel").cells if _nbgrader(c).get("grade_id") == "split_sizes_tests")
+    namespace = {"dp": dataparallel, "my_split_sizes": lambda n, k: [32, 32] if n == 64 else [3, 3, 4]}
+    with pytest.raises(AssertionError, match=r"got \[3, 3, 4\]"):
+        exec(judge.split(cell.source)["visible"], namespace)
