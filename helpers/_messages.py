@@ -3,12 +3,18 @@
 
 CATALOGS = {
     'tr': {
+        "the processes' loaders have different numbers of batches: {local}":
+            'süreçlerin yükleyicilerindeki yığın sayıları farklı: {local}',
         'saved to {folder}: {files}':
             '{folder} klasörüne kaydedildi: {files}',
         'with a TPU, {name} is not known to leave Accelerate and torch_xla on it':
             "TPU varken {name} değişkeninin Accelerate'i ve torch_xla'yı TPU'da bıraktığı bilinmiyor",
         'with a TPU, {name}={value} keeps Accelerate or torch_xla off it':
             "TPU varken {name}={value}, Accelerate'i ya da torch_xla'yı TPU'dan uzak tutar",
+        'A launcher started by helpers.commands (torchrun, accelerate launch)':
+            "helpers.commands'ın başlattığı bir başlatıcı (torchrun, accelerate launch)",
+        'the command ran past timeout_s={timeout_s} s and was stopped, with every process it started':
+            'komut timeout_s={timeout_s} saniyeyi aştı ve başlattığı her süreçle birlikte durduruldu',
         'scatter':
             'dağıtma (scatter)',
         'replicate':
@@ -52,7 +58,7 @@ CATALOGS = {
         'rank 0 did not write the checkpoint':
             'rank 0 denetim noktasını yazmadı',
         'ranks {writers} all wrote the checkpoint: only rank 0 may write it (the others race it for the same file)':
-            "{writers} rank'larının hepsi denetim noktasını yazdı: yalnızca rank 0 yazabilir (diğerleri aynı dosya için onunla yarışır)",
+            'rank {writers}: hepsi denetim noktasını yazdı: yalnızca rank 0 yazabilir (diğerleri aynı dosya için onunla yarışır)',
         'what the checkpoint holds':
             'denetim noktasının içeriği',
         'a plain model cannot load it (save the model inside DDP)':
@@ -78,7 +84,7 @@ CATALOGS = {
         'rank {rank} failed: {line} ({hint})':
             'rank {rank} başarısız oldu: {line} ({hint})',
         'raised in {function}: {code}':
-            '{function} içinde yükseltildi: {code}',
+            '{function} içinde fırlatıldı: {code}',
         "return a dict with the keys 'state' and 'mean_loss' (and no others)":
             "'state' ve 'mean_loss' anahtarlı bir sözlük döndürünüz (başka anahtar olmadan)",
         "the returned 'state'":
@@ -107,10 +113,22 @@ CATALOGS = {
             '{steps} adım, son ortalama kayıp {loss:.4f}',
         'rank {rank} of {world_size}, process {pid}':
             "{world_size} rank'tan rank {rank}, süreç {pid}",
+        'stopped before it started: another job failed or the run was interrupted':
+            'başlamadan durduruldu: başka bir iş başarısız oldu ya da çalıştırma kesildi',
         'the process exited with code {code}:':
             'süreç {code} koduyla çıktı:',
         'in the fresh process:':
             'yeni süreçte:',
+        'the process used more than timeout_s={timeout_s} CPU-seconds and was stopped':
+            'süreç timeout_s={timeout_s} CPU-saniyeden fazlasını kullandı ve durduruldu',
+        'the fork server did not import {modules} within {seconds} CPU-seconds':
+            'fork sunucusu {modules} modüllerini {seconds} CPU-saniye içinde içe aktaramadı',
+        'the fork server could not start:':
+            'fork sunucusu başlayamadı:',
+        'the fork server exited with code {code}':
+            'fork sunucusu {code} koduyla çıktı',
+        "the job's process ended before it reported the job's end":
+            'işin süreci, işin bittiğini bildirmeden sona erdi',
         'yes':
             'var',
         'no':
@@ -139,6 +157,8 @@ CATALOGS = {
             "; 1 GPU her rank'a kendi GPU'sunu veremez",
         '; {n} GPUs cannot give each rank its own':
             "; {n} GPU her rank'a kendi GPU'sunu veremez",
+        'gloo, CPU processes ({n} processes, 1 thread each{why})':
+            'gloo, CPU süreçleri ({n} süreç, her biri 1 iş parçacıklı{why})',
         'gloo, CPU processes ({n} processes, {threads} threads each{why})':
             'gloo, CPU süreçleri ({n} süreç, her biri {threads} iş parçacıklı{why})',
         ', but torch_xla is missing':
@@ -165,10 +185,14 @@ CATALOGS = {
             'CPU çekirdekleri: {n}',
         'CUDA GPUs : {n} ({gpus})':
             "CUDA GPU'ları: {n} ({gpus})",
+        "--- this rank's stderr ---":
+            "--- bu rank'ın stderr çıktısı ---",
         'rank {rank} failed:':
             'rank {rank} başarısız oldu:',
+        "--- rank {rank}'s stderr (no result yet) ---":
+            '--- rank {rank}: stderr çıktısı (henüz sonuç yok) ---',
         "no result from ranks {ranks} before the launch's deadline (a rank may be stuck)":
-            "başlatmanın süre sınırından önce {ranks} rank'larından sonuç gelmedi (bir rank takılmış olabilir)",
+            "başlatmanın süre sınırından önce şu rank'lardan sonuç gelmedi: {ranks} (bir rank takılmış olabilir)",
         "no result from rank {ranks} before the launch's deadline (a rank may be stuck)":
             'başlatmanın süre sınırından önce rank {ranks} sonuç vermedi (takılmış olabilir)',
         'the process was killed by {name} (exit code {exitcode}) without a result':
@@ -177,6 +201,8 @@ CATALOGS = {
             'süreç, sonuç vermeden {exitcode} koduyla çıktı',
         '{n} ranks':
             '{n} rank',
+        'step':
+            'adım',
         '(then rank {rank} failed: {line})':
             '(ardından rank {rank} başarısız oldu: {line})',
         '(then rank {rank} lost its connection to rank {other})':
@@ -211,6 +237,10 @@ CATALOGS = {
             'cihaz {i}',
         'bytes per device, {source}':
             'cihaz başına bayt, {source}',
+        'peak allocated':
+            'ayrılan en yüksek bellek',
+        'all-reduce buckets':
+            'all-reduce kovaları',
         'no rows: no replica':
             'satır yok: kopya yok',
         'sample index in the batch':
@@ -221,8 +251,6 @@ CATALOGS = {
             'cihaz başına bellek',
         "share of the step's time":
             'adımın süresindeki pay',
-        'step':
-            'adım',
         'max {largest}, eps {eps}':
             'en büyük {largest}, eps {eps}',
         'log2 of the magnitude (light: subnormals, dark: normal numbers)':
@@ -233,6 +261,8 @@ CATALOGS = {
             'atlanan adım (inf/nan)',
         'scale':
             'ölçek',
+        "{name} is the grader's reference: the hidden tests refuse it to an answer (write the exercise's code yourself)":
+            '{name} notlandırıcının referansıdır: gizli testler onu bir cevaba kapatır (alıştırmanın kodunu kendiniz yazınız)',
         "note: {name} is one of the grader's references. It runs here, but the hidden tests refuse it to an answer (this cell is not one of the lesson's own cells as released): an exercise whose answer calls it scores nothing. Write that code yourself.":
             'not: {name}, notlandırıcının referans uygulamalarından biridir. Burada çalışır, ama gizli testler onu bir cevaba kullandırmaz (bu hücre, dersin yayımlandığı hâliyle kendi hücrelerinden biri değil): cevabı onu çağıran bir alıştırma hiç puan almaz. O kodu kendiniz yazınız.',
         'The self-check needs a checkout of the course, with its grader: download this notebook (File > Download), then in a clone of the course run `make check NOTEBOOK=<the file>`.':
@@ -289,8 +319,14 @@ CATALOGS = {
             '{tpu}: {problem} TPU, B bölümünü torch_xla {xla} üzerinden çalıştırır.',
         '{tpu}: {problem} torch_xla is not installed either.':
             '{tpu}: {problem} torch_xla da kurulu değil.',
+        'torch did not load torch_tpu\'s "tpu" device in this process (torch_tpu registers it on import only where it finds a TPU)':
+            'torch bu süreçte torch_tpu\'nun "tpu" cihazını yüklemedi (torch_tpu onu içe aktarılırken yalnızca bir TPU bulduğu yerde kaydeder)',
         'training':
             'eğitim',
+        "Part B needs a torch_xla of the same minor as torch, and torch_xla exists for torch {oldest} to {newest} on Linux x86-64 only (its last release is {newest}.0): it runs in the course's own environment (`make lab`: torch 2.9 + torch_xla 2.9), on Kaggle's TPU runtime (torch 2.8 + torch_xla 2.8), on Colab's TPU runtime if its image still brings a torch_xla (not checked since 2025) and on a Linux x86-64 machine with torch {oldest} to {newest}; not on Colab's and Kaggle's CPU and GPU runtimes (torch 2.10), nor on macOS or Windows.":
+            "B Bölümü, torch ile aynı ara sürümden (minor) bir torch_xla gerektirir ve torch_xla yalnızca Linux x86-64 için, torch {oldest} ile {newest} arası için vardır (son sürümü {newest}.0): kursun kendi ortamında (`make lab`: torch 2.9 + torch_xla 2.9), Kaggle'ın TPU çalışma ortamında (torch 2.8 + torch_xla 2.8), imajı hâlâ bir torch_xla getiriyorsa Colab'ın TPU çalışma ortamında (2025'ten beri denetlenmedi) ve torch {oldest} ile {newest} arası kurulu bir Linux x86-64 makinede çalışır; Colab'ın ve Kaggle'ın CPU ve GPU çalışma ortamlarında (torch 2.10), macOS'ta ya da Windows'ta çalışmaz.",
+        "lesson 5 trains with FSDP2 on CPU processes (gloo) here, which needs torch {needed} or newer, and this runtime has torch {version}: before 2.9 gloo's reduce_scatter returns the sum where FSDP2 asks for the average, so every gradient would be {world} times too large, silently (pytorch/pytorch#162338). Open the lesson on a runtime with torch {needed} or newer (Colab's and Kaggle's CPU and GPU runtimes have 2.10; `make lab` brings 2.9), or on GPUs.":
+            "5. ders burada FSDP2 ile CPU süreçlerinde (gloo) eğitir; bunun için torch {needed} ya da daha yenisi gerekir ve bu çalışma ortamında torch {version} var: 2.9'dan önce gloo'nun reduce_scatter'ı, FSDP2 ortalama istediğinde toplamı döndürür; böylece her gradyan sessizce {world} kat büyük çıkar (pytorch/pytorch#162338). Dersi torch {needed} ya da daha yenisi olan bir çalışma ortamında açınız (Colab'ın ve Kaggle'ın CPU ve GPU çalışma ortamlarında 2.10 vardır; `make lab` 2.9 getirir) ya da GPU'larda çalıştırınız.",
         'This runtime has torch {version}, older than the course supports (torch {low} to {high}): some cells may fail. Use a newer runtime, or pip install "{requirement}" and restart the kernel.':
             'Bu çalışma ortamında torch {version} var; kursun desteklediğinden (torch {low} - {high}) eski: bazı hücreler başarısız olabilir. Daha yeni bir çalışma ortamı kullanınız ya da pip install "{requirement}" çalıştırıp çekirdeği yeniden başlatınız.',
         'This runtime has torch {version}, newer than the newest the course is tested with (torch {low} to {high}): it should work; if a cell fails, please report it with the output of `python -m helpers.hw_check`.':
@@ -305,6 +341,8 @@ CATALOGS = {
             'torch_xla {wanted} wheel paketleri Python {oldest} - {newest} için var, {python} için yok',
         'Install the matching one: pip install "{requirement}"':
             'Uyan sürümü kurunuz: pip install "{requirement}"',
+        'torch is not installed in this Python ({python}): install it (torch {oldest} to {newest}), then run this cell again.':
+            "torch bu Python'da ({python}) kurulu değil: kurunuz (torch {oldest} ile {newest} arası), sonra bu hücreyi yeniden çalıştırınız.",
         'torch_xla is not installed, and {why_not}: part B (XLA) will say it cannot run here; the rest runs.':
             'torch_xla kurulu değil ve {why_not}: B bölümü (XLA) burada çalışamayacağını söyleyecek; geri kalanı çalışır.',
         'torch_xla is not installed. Part B (XLA) needs it: set INSTALL_TORCH_XLA = True in this cell and run it again, or run\n    pip install "{requirement}"\n(it matches this runtime\'s torch {version}, which stays as it is).':
@@ -313,5 +351,11 @@ CATALOGS = {
             '{requirement} kuruluyor (torch {version} ile uyumlu) ...',
         'failed:':
             'başarısız oldu:',
+        'the course needs WSL2 (Linux on Windows) here: install it in PowerShell run as administrator with `wsl --install`, restart the computer, open Ubuntu and set the course up there as on Linux (`make lab`); or open the lesson on Colab or Kaggle.':
+            "kurs burada WSL2 (Windows üzerinde Linux) gerektirir: yönetici olarak çalıştırılan PowerShell'de `wsl --install` ile kurunuz, bilgisayarı yeniden başlatınız, Ubuntu'yu açınız ve kursu orada Linux'taki gibi kurunuz (`make lab`); ya da dersi Colab'da veya Kaggle'da açınız.",
+        '{what} cannot run on native Windows: {why}':
+            "{what} yerel (native) Windows'ta çalışamaz: {why}",
+        "torch_xla is not installed here: part B (XLA) of lesson 4 cannot run; everything else still runs. {where} Where a torch_xla matching this runtime's torch exists, set INSTALL_TORCH_XLA = True in the lesson's setup cell (its first code cell), then run that cell and the ones after it again: it installs that torch_xla, or says why none fits. torch_xla cannot run on macOS or Windows at all: it has wheels for Linux x86-64 only, for torch {oldest} to {newest}.":
+            "torch_xla burada kurulu değil: 4. dersin B Bölümü (XLA) çalışamaz; geri kalan her şey yine çalışır. {where} Bu çalışma ortamının torch'una uyan bir torch_xla varsa, dersin kurulum hücresinde (ilk kod hücresi) INSTALL_TORCH_XLA = True yapınız, sonra o hücreyi ve ondan sonrakileri yeniden çalıştırınız: o torch_xla'yı kurar ya da neden hiçbirinin uymadığını söyler. torch_xla macOS'ta ve Windows'ta hiç çalışamaz: yalnızca Linux x86-64 için, torch {oldest} ile {newest} arası için wheel'leri vardır.",
     },
 }

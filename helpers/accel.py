@@ -172,7 +172,7 @@ def gather_lengths_reference(n_samples: int, batch_size: int, num_processes: int
                for rank in range(num_processes)]
     local = [[len(x) for (x,) in loader] for loader in loaders]
     if len({len(steps) for steps in local}) != 1:
-        raise RuntimeError(f"the processes' loaders have different numbers of batches: {local}")
+        raise RuntimeError(say("the processes' loaders have different numbers of batches: {local}", local=local))
     per_step = [sum(steps[i] for steps in local) for i in range(len(local[0]))]
     remainder = loaders[0].remainder
     last = min(remainder, per_step[-1]) if remainder > 0 else per_step[-1]

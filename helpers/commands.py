@@ -20,6 +20,7 @@ import threading
 import time
 
 from . import windows
+from .language import message, say
 from ._validate import positive_number, str_dict
 
 # torchrun is `python -m torch.distributed.run`: the module form works wherever the interpreter does (on Colab the
@@ -43,7 +44,7 @@ def run_all(commands: list[list[str]], timeout_s: float = 300, env: dict | None 
         raise ValueError(f"commands must be a non-empty list of argument lists, got {commands!r}")
     positive_number("timeout_s", timeout_s)
     full_env = {**os.environ, **str_dict("env", env)}
-    windows.refuse_native("A launcher started by helpers.commands (torchrun, accelerate launch)")
+    windows.refuse_native(message("A launcher started by helpers.commands (torchrun, accelerate launch)"))
     procs, outputs, readers = [], [], []
     try:
         for command in commands:
@@ -62,8 +63,8 @@ def run_all(commands: list[list[str]], timeout_s: float = 300, env: dict | None 
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         stop(procs)
-        raise TimeoutError(f"the command ran past timeout_s={timeout_s} s and was stopped, with every process it "
-                           "started") from None
+        raise TimeoutError(say("the command ran past timeout_s={timeout_s} s and was stopped, with every process it "
+                               "started", timeout_s=timeout_s)) from None
     except BaseException:  # an interrupt, or a command that could not start
         stop(procs)
         raise

@@ -181,7 +181,12 @@ def last_error_line(error: BaseException) -> str:
     """The line of a failed rank's traceback that names the exception (not the rank's stderr)."""
     if not isinstance(error, BaseException):
         raise ValueError(f"error must be an exception, got {type(error).__name__}")
-    text = getattr(error, "details", str(error)).split("\n--- this rank's stderr ---")[0].strip()
+    from .launch import THIS_RANKS_STDERR
+
+    text = getattr(error, "details", str(error))
+    for marker in {THIS_RANKS_STDERR, say(THIS_RANKS_STDERR)}:  # in English, or in the language of the ranks
+        text = text.split("\n" + marker)[0]
+    text = text.strip()
     lines = text.splitlines()
     # the exception's own line: unindented `package.Name: message` (its message may run on below it)
     named = [line for line in lines if re.match(r"[A-Za-z_][\w.]*: ", line)]

@@ -113,7 +113,7 @@ class _Children:
         with self._lock:
             if self._stopped:
                 _kill_group_id(group)
-                raise RuntimeError("stopped before it started: another job failed or the run was interrupted")
+                raise RuntimeError(say("stopped before it started: another job failed or the run was interrupted"))
             self._groups.add(group)
 
     def release(self, group: int) -> None:
@@ -123,7 +123,7 @@ class _Children:
     def start(self, cmd, env, stderr) -> subprocess.Popen:
         with self._lock:
             if self._stopped:
-                raise RuntimeError("stopped before it started: another job failed or the run was interrupted")
+                raise RuntimeError(say("stopped before it started: another job failed or the run was interrupted"))
             # a session of its own: its group holds the job and every worker it starts, and nothing else
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
                                     start_new_session=True)
@@ -202,7 +202,8 @@ def _kill_group_id(group: int) -> None:
 
 
 def _timeout(timeout_s: float) -> TimeoutError:
-    return TimeoutError(f"the process used more than timeout_s={timeout_s} CPU-seconds and was stopped")
+    return TimeoutError(say("the process used more than timeout_s={timeout_s} CPU-seconds and was stopped",
+                            timeout_s=timeout_s))
 
 
 def _ended(proc: subprocess.Popen, wait_s: float) -> bool:
@@ -349,15 +350,23 @@ class ForkServer:
         with theirs:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "helpers.fresh", "--serve", str(theirs.fileno()), *self.modules],
-                pass_fds=[theirs.fileno()], env={**os.environ, **self.env}, stdin=subprocess.DEVNULL,
+                pass_fds=[theirs.fileno()], env={**_without_refusal(os.environ), **self.env}, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self._conn = Connection(ours.detach())
         if not _within(self._conn.poll, self._proc.pid, SERVER_START_CPU_S):  # (a server that died: EOF, readable)
-            raise RuntimeError(f"the fork server did not import {self.modules} within {SERVER_START_CPU_S} CPU-seconds")
+            raise RuntimeError(say("the fork server did not import {modules} within {seconds} CPU-seconds",
+                                   modules=self.modules, seconds=SERVER_START_CPU_S))
         problem = _receive(self._conn, self._proc)
         if problem is not None:
-            raise RuntimeError(f"the fork server could not start:\n{problem}")
+            raise RuntimeError(say("the fork server could not start:") + f"\n{problem}")
         return self._conn
+
+
+def _without_refusal(environment) -> dict:
+    """A fork server's environment: its jobs refuse as the process that asks for each does (refusal.carried)."""
+    from .refusal import ENV
+
+    return {k: v for k, v in environment.items() if k != ENV}
 
 
 def start_in_background(start) -> None:
@@ -387,14 +396,14 @@ def _receive(conn: Connection, server: subprocess.Popen):
     try:
         return conn.recv()
     except EOFError:
-        raise RuntimeError(f"the fork server exited with code {server.wait()}") from None
+        raise RuntimeError(say("the fork server exited with code {code}", code=server.wait())) from None
 
 
 def _receive_apart(own: Connection):
     try:
         return own.recv()
     except EOFError:  # its leader was killed (a timeout or a failure elsewhere), or the server before it forked one
-        raise RuntimeError("the job's process ended before it reported the job's end") from None
+        raise RuntimeError(say("the job's process ended before it reported the job's end")) from None
 
 
 def _child(job: str, result: str) -> None:

@@ -33,6 +33,10 @@ import sys
 
 MIME = "text/x-course-collected"
 _type, _isinstance = type, isinstance  # as they were when the lesson imported this module, before any answer ran
+# What a hidden test's judge part sets `_flag` to where it could not judge as it does elsewhere: graders/judge.py adds
+# it to the cell's flags, for a person (the verdict stands).
+JUDGED_WITHOUT_XLA = ("judged without torch_xla (this grading machine has none): the answer's XLA runs were not "
+                      "checked as they are where torch_xla is installed; grade it again there")
 MAX_BYTES = 8 * 2**20  # one collection (the lessons' largest is ~0.3 MB); more is a test's mistake or an attack
 MAX_DEPTH = 32
 

@@ -23,10 +23,12 @@ from .language import say
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 GOOGLE_PCI_VENDOR = "0x1ae0"
-# TPU PCI device id -> (generation, TensorCores per chip that PyTorch sees as devices);
-# the ids torch_xla/_internal/tpu.py matches. v4 and v5p chips are "megacore": one device per chip.
-TPU_PCI_DEVICES = {"0x0027": ("v2/v3", 2), "0x005e": ("v4", 1), "0x0062": ("v5p", 1), "0x0063": ("v5e", 1),
-                   "0x006f": ("v6e", 1), "0x0076": ("7x", 1)}
+# TPU PCI device id -> (generation, TensorCores per chip that PyTorch sees as devices): the ids torch_xla 2.9's
+# _internal/tpu.py matches, named as it names them (0x0056 and 0x0062 it lists as "testing only", with no generation).
+# From v4 on a chip is "megacore": one device per chip.
+TPU_PCI_DEVICES = {"0x0027": ("v2/v3", 2), "0x005e": ("v4", 1), "0x0063": ("v5e", 1), "0x006f": ("v6e", 1),
+                   "0x0076": ("7x", 1), "0x0056": ("(unnamed, torch_xla: testing only)", 1),
+                   "0x0062": ("(unnamed, torch_xla: testing only)", 1)}
 # Without torch_xla's PJRT client a TPU-less machine has no XLA devices; the lessons then run
 # XLA:CPU with this many virtual devices (the shape of Kaggle's TPU v5e-8), unless told otherwise.
 VIRTUAL_XLA_DEVICES_ENV = "COURSE_XLA_CPU_DEVICES"
@@ -119,8 +121,11 @@ class Hardware:
             return say("nccl, one GPU per process ({n} processes)", n=n_procs)
         why = "" if not self.n_gpus else say("; 1 GPU cannot give each rank its own") if self.n_gpus == 1 else \
             say("; {n} GPUs cannot give each rank its own", n=self.n_gpus)
-        return say("gloo, CPU processes ({n} processes, {threads} threads each{why})", n=n_procs,
-                   threads=max(1, self.cpu_cores // n_procs), why=why)
+        threads = max(1, self.cpu_cores // n_procs)
+        if threads == 1:
+            return say("gloo, CPU processes ({n} processes, 1 thread each{why})", n=n_procs, why=why)
+        return say("gloo, CPU processes ({n} processes, {threads} threads each{why})", n=n_procs, threads=threads,
+                   why=why)
 
     def xla_mode(self) -> str:
         if self.tpu:

@@ -41,7 +41,7 @@ from ._validate import positive_int, positive_number
 PACKAGE = Path(__file__).resolve().parent
 LESSONS = ("01-dataparallel", "02-ddp", "03-amp", "04-accelerate-tpu", "05-sharding")
 # The distributions whose versions the report gives (importlib.metadata; absent ones are reported absent).
-DISTRIBUTIONS = ("torch", "torch_xla", "libtpu", "accelerate", "lightning", "multi-device-course-helpers")
+DISTRIBUTIONS = ("torch", "torch_xla", "torch_tpu", "libtpu", "accelerate", "lightning", "multi-device-course-helpers")
 
 
 def student_notebooks() -> dict[str, Path]:
@@ -153,7 +153,7 @@ def allreduce_bandwidth(mib: int = 16, n_procs: int = 2, warmup: int = 3, iters:
 def xla_compiles() -> dict:
     """Lesson 4's experiment: graph compilations for 8 steps of a fixed batch, and with a smaller last batch."""
     if not xla.available():
-        raise Skipped(xla.MISSING)
+        raise Skipped(xla.missing())
     fixed, last = xla.run_many([(xla.count_compiles, (), {"batch_sizes": [8] * 8}),
                                 (xla.count_compiles, (), {"batch_sizes": [8] * 7 + [5]})])
     mode = hardware.detect().xla_mode()
@@ -360,7 +360,7 @@ def run_checks(out=DEFAULT_OUT, lessons=None, cell_timeout: float = DEFAULT_CELL
                paths: dict | None = None, figures: dict | None = None) -> dict:
     """Run the lessons (unless `notebooks=False`) and the figures; write out/hw-check.md and .json.
 
-    `paths`: lesson name -> notebook (default: the four student notebooks, NOTEBOOKS); `figures`: name -> function
+    `paths`: lesson name -> notebook (default: every lesson's student notebook, NOTEBOOKS); `figures`: name -> function
     returning a dict with a "summary" line (default: FIGURES)."""
     paths = NOTEBOOKS if paths is None else paths
     figures = FIGURES if figures is None else figures

@@ -52,9 +52,10 @@ from . import nccl_watchdog, refusal, windows
 from ._validate import positive_int, positive_number, str_dict
 from .fresh import child_error, raise_at, start_in_background
 from .hardware import threads_per_rank
-from .language import say
+from .language import message, say
 
 STOP_GRACE_S = 3.0
+THIS_RANKS_STDERR = message("--- this rank's stderr ---")  # where a failure's stderr begins
 # Imported once by the fork server, not by every rank of every launch. torch._dynamo (with sympy,
 # triton, ...) is what DDP and Accelerate import when they first wrap a model: a second or more per rank.
 FORKSERVER_PRELOAD = ["helpers.forkserver_heap", "torch", "torch.distributed", "torch._dynamo", "helpers.launch"]
@@ -108,7 +109,7 @@ class _Failure:
     exception: str = ""  # the exception's own lines
 
     def error(self, rank: int, note: str = "", unfinished: dict | None = None) -> WorkerFailed:
-        section = f"\n--- this rank's stderr ---\n{self.stderr}" if self.stderr.strip() else ""
+        section = "\n" + say(THIS_RANKS_STDERR) + f"\n{self.stderr}" if self.stderr.strip() else ""
         section += _unfinished_sections(unfinished or {})
         summary = self.exception.strip() + note + section if self.where else None
         return WorkerFailed(rank, self.what + note + section, exitcode=self.exitcode, stderr=self.stderr,
@@ -116,7 +117,7 @@ class _Failure:
 
 
 def _unfinished_sections(unfinished: dict) -> str:
-    return "".join(f"\n--- rank {rank}'s stderr (no result yet) ---\n{tail}"
+    return "".join("\n" + say("--- rank {rank}'s stderr (no result yet) ---", rank=rank) + f"\n{tail}"
                    for rank, tail in sorted(unfinished.items()) if tail.strip())
 
 
@@ -458,7 +459,7 @@ class ProgressBar:
 def _new_bar(total: int, desc: str):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="step")
+    return tqdm(total=total, desc=desc, unit=say("step"))
 
 
 # What a rank sees when a peer's process has gone: an echo of that peer's own failure.

@@ -162,11 +162,13 @@ def _measure_cuda(model, optimizer, inputs, targets, loss_fn) -> MemoryReport:
     _train_step(model, optimizer, inputs, targets, loss_fn)
     for d in model.device_ids:
         torch.cuda.synchronize(d)
-    per_device = [{"peak allocated": torch.cuda.max_memory_allocated(d)} for d in model.device_ids]
+    per_device = [{PEAK_ALLOCATED: torch.cuda.max_memory_allocated(d)} for d in model.device_ids]
     return MemoryReport(per_device, say(MEASURED))
 
 
-DDP_CATEGORIES = ("parameters", "gradients", "all-reduce buckets", "optimizer state", "activations", "inputs",
+PEAK_ALLOCATED = message("peak allocated")  # CUDA's one figure per device, shown in the notebook's language
+ALLREDUCE_BUCKETS = message("all-reduce buckets")
+DDP_CATEGORIES = ("parameters", "gradients", ALLREDUCE_BUCKETS, "optimizer state", "activations", "inputs",
                   "outputs", "loss")
 
 
@@ -183,7 +185,7 @@ def ddp_rank_bytes(ddp_model, optimizer: torch.optim.Optimizer, inputs, targets,
         torch.cuda.reset_peak_memory_stats(inputs.device)
         loss_fn(ddp_model(inputs), targets).backward()
         torch.cuda.synchronize(inputs.device)
-        return {"peak allocated": torch.cuda.max_memory_allocated(inputs.device)}
+        return {PEAK_ALLOCATED: torch.cuda.max_memory_allocated(inputs.device)}
     params = list(module.parameters())
     with saved_bytes(params + [inputs]) as saved:  # the forward, as for a DataParallel replica
         outputs = ddp_model(inputs)
@@ -194,7 +196,7 @@ def ddp_rank_bytes(ddp_model, optimizer: torch.optim.Optimizer, inputs, targets,
     return {
         "parameters": _nbytes(params) + _nbytes(module.buffers()),
         "gradients": _nbytes(p.grad for p in params if p.grad is not None),
-        "all-reduce buckets": buckets,
+        ALLREDUCE_BUCKETS: buckets,
         "optimizer state": optimizer_state_bytes(optimizer),
         "activations": saved["bytes"],
         "inputs": _nbytes([inputs, targets]),

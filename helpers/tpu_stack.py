@@ -203,8 +203,8 @@ def train_on(device: str, batch_sizes=BATCH_SIZES, seed: int = 0, backend: str =
     import torch
 
     if device == "tpu" and not (hasattr(torch, "tpu") and torch.tpu.is_available()):
-        raise TorchTPUUnavailable("torch did not load torch_tpu's \"tpu\" device in this process (torch_tpu registers "
-                                  "it on import only where it finds a TPU)")
+        raise TorchTPUUnavailable(say("torch did not load torch_tpu's \"tpu\" device in this process (torch_tpu "
+                                      "registers it on import only where it finds a TPU)"))
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     (eager, on), (compiled, _) = _losses(device, None, batch_sizes, seed), _losses(device, backend, batch_sizes, seed)

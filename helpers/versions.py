@@ -16,7 +16,7 @@ import platform
 import subprocess
 import sys
 
-from .language import say
+from .language import message, say
 
 # The oldest and the newest torch minor the course is tested with (both ends by `make test-versions`).
 SUPPORTED_TORCH = ("2.6", "2.14")
@@ -29,16 +29,40 @@ SUPPORTED_TORCH_XLA = ("2.6", "2.9")
 # Kaggle (Kaggle's builds on Colab's and keeps its torch; torch_xla has no release for torch 2.10).
 RUNTIME_STACKS = {"Kaggle TPU v5e-8": ("2.8.0", "2.8.0"), "Colab and Kaggle CPU/GPU": ("2.10.0", None)}
 # Where lesson 4's part B can run, said the same by xla.MISSING and the docs (tests/test_claims.py).
-PART_B_WHERE = (f"Part B needs a torch_xla of the same minor as torch, and torch_xla exists for torch "
-                f"{SUPPORTED_TORCH_XLA[0]} to {SUPPORTED_TORCH_XLA[1]} on Linux x86-64 only (its last release is "
-                f"{SUPPORTED_TORCH_XLA[1]}.0): it runs in the course's own environment (`make lab`: torch 2.9 + "
-                "torch_xla 2.9), on Kaggle's TPU runtime (torch 2.8 + torch_xla 2.8), on Colab's TPU runtime if its "
-                "image still brings a torch_xla (not checked since 2025) and on a Linux x86-64 machine with torch "
-                f"{SUPPORTED_TORCH_XLA[0]} to {SUPPORTED_TORCH_XLA[1]}; not on Colab's and Kaggle's CPU and GPU "
-                "runtimes (torch 2.10), nor on macOS or Windows.")
+PART_B_WHERE_TEMPLATE = message(
+    "Part B needs a torch_xla of the same minor as torch, and torch_xla exists for torch {oldest} to {newest} on "
+    "Linux x86-64 only (its last release is {newest}.0): it runs in the course's own environment (`make lab`: torch "
+    "2.9 + torch_xla 2.9), on Kaggle's TPU runtime (torch 2.8 + torch_xla 2.8), on Colab's TPU runtime if its image "
+    "still brings a torch_xla (not checked since 2025) and on a Linux x86-64 machine with torch {oldest} to "
+    "{newest}; not on Colab's and Kaggle's CPU and GPU runtimes (torch 2.10), nor on macOS or Windows.")
+PART_B_WHERE = PART_B_WHERE_TEMPLATE.format(oldest=SUPPORTED_TORCH_XLA[0], newest=SUPPORTED_TORCH_XLA[1])
+
+
+def part_b_where() -> str:
+    """PART_B_WHERE in the language the helpers speak."""
+    return say(PART_B_WHERE_TEMPLATE, oldest=SUPPORTED_TORCH_XLA[0], newest=SUPPORTED_TORCH_XLA[1])
 # What `make test-versions` installs, torch minor -> (torch, torch_xla or None): the two ends of SUPPORTED_TORCH
 # and the runtimes' stacks.
 TESTED = {"2.6": ("2.6.0", "2.6.0"), "2.8": ("2.8.0", "2.8.0"), "2.10": ("2.10.0", None), "2.14": ("2.14.1", None)}
+
+
+# Lesson 5's FSDP2 on CPU processes (gloo): torch 2.6's fails in its first backward (a CPU stream has no record_event),
+# and before 2.9 gloo's reduce_scatter with ReduceOp.AVG returns the sum, so FSDP2's gradients come out world_size times
+# too large, silently (pytorch/pytorch#162338; measured here: torch 2.8.0 gives 6.0 for the average of 1, 2 and 3).
+# On GPUs (nccl) those torches average right.
+FSDP2_ON_CPU_TORCH = "2.9"
+FSDP2_ON_CPU_PROBLEM = message(
+    "lesson 5 trains with FSDP2 on CPU processes (gloo) here, which needs torch {needed} or newer, and this runtime "
+    "has torch {version}: before 2.9 gloo's reduce_scatter returns the sum where FSDP2 asks for the average, so every "
+    "gradient would be {world} times too large, silently (pytorch/pytorch#162338). Open the lesson on a runtime with "
+    "torch {needed} or newer (Colab's and Kaggle's CPU and GPU runtimes have 2.10; `make lab` brings 2.9), or on GPUs.")
+
+
+def lesson_5_problem(torch_version: str, backend: str, world_size: int) -> str | None:
+    """What stops lesson 5 on this torch and backend (None: nothing): FSDP2_ON_CPU_TORCH's reason."""
+    if backend == "gloo" and minor(torch_version) < minor(FSDP2_ON_CPU_TORCH):
+        return say(FSDP2_ON_CPU_PROBLEM, needed=FSDP2_ON_CPU_TORCH, version=torch_version, world=world_size)
+    return None
 
 
 def minor(version: str) -> tuple[int, int]:
@@ -117,8 +141,9 @@ def check() -> bool:
     try:
         import torch
     except ImportError:
-        raise ModuleNotFoundError(f"torch is not installed in this Python ({sys.executable}): install it "
-                                  f"(torch {SUPPORTED_TORCH[0]} to {SUPPORTED_TORCH[1]}), then run this cell again.") from None
+        raise ModuleNotFoundError(say("torch is not installed in this Python ({python}): install it (torch {oldest} to "
+                                      "{newest}), then run this cell again.", python=sys.executable,
+                                      oldest=SUPPORTED_TORCH[0], newest=SUPPORTED_TORCH[1])) from None
     xla = _installed("torch_xla") if importlib.util.find_spec("torch_xla") is not None else None
     problems = torch_problems(torch.__version__, xla)
     for problem in problems:
@@ -159,7 +184,16 @@ def offer_torch_xla(install: bool = False) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m helpers.versions`: one line per TESTED pair, "minor torch [torch_xla]" (the Makefile reads it)."""
+    """`python -m helpers.versions`: one line per TESTED pair, "minor torch [torch_xla]" (the Makefile reads it);
+    `--lesson-runs LESSON`: exit 1 where this Python's torch cannot run LESSON on CPU processes."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--lesson-runs"]:
+        import torch
+
+        problem = lesson_5_problem(torch.__version__, "gloo", 2) if argv[1:] == ["05-sharding"] else None
+        if problem:
+            print(problem)
+        return 1 if problem else 0
     for name, (torch_version, xla_version) in TESTED.items():
         print(name, torch_version, xla_version or "")
     return 0

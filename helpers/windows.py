@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import sys
 
-NEEDS_WSL2 = ("the course needs WSL2 (Linux on Windows) here: install it in PowerShell run as administrator with "
-              "`wsl --install`, restart the computer, open Ubuntu and set the course up there as on Linux "
-              "(`make lab`); or open the lesson on Colab or Kaggle.")
+from .language import message, say
+
+NEEDS_WSL2 = message("the course needs WSL2 (Linux on Windows) here: install it in PowerShell run as administrator with "
+                     "`wsl --install`, restart the computer, open Ubuntu and set the course up there as on Linux "
+                     "(`make lab`); or open the lesson on Colab or Kaggle.")
 
 
 def native() -> bool:
@@ -24,4 +26,4 @@ def native() -> bool:
 def refuse_native(what: str) -> None:
     """Raise a RuntimeError that says `what` cannot run on native Windows, and what to do, when this is it."""
     if native():
-        raise RuntimeError(f"{what} cannot run on native Windows: {NEEDS_WSL2}")
+        raise RuntimeError(say("{what} cannot run on native Windows: {why}", what=say(what), why=say(NEEDS_WSL2)))

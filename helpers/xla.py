@@ -18,14 +18,23 @@ import time
 from . import fresh, hardware, tpu_precision, versions
 from ._validate import boolean, one_of, positive_int, positive_number
 from . import refusal
+from .language import message, say
 
 # Part B needs a torch_xla of the same minor as torch (versions.PART_B_WHERE says where one exists). Where this
 # runtime lacks it and a matching wheel exists, lesson 4's setup cell offers it (INSTALL_TORCH_XLA).
-MISSING = ("torch_xla is not installed here: part B (XLA) of lesson 4 cannot run; everything else still runs. "
-           f"{versions.PART_B_WHERE} Where a torch_xla matching this runtime's torch exists, set INSTALL_TORCH_XLA = "
-           "True in the lesson's setup cell (its first code cell), then run that cell and the ones after it again: it "
-           "installs that torch_xla, or says why none fits. torch_xla cannot run on macOS or Windows at all: it has "
-           f"wheels for Linux x86-64 only, for torch {versions.SUPPORTED_TORCH_XLA[0]} to {versions.SUPPORTED_TORCH_XLA[1]}.")
+MISSING_TEMPLATE = message(
+    "torch_xla is not installed here: part B (XLA) of lesson 4 cannot run; everything else still runs. {where} Where a "
+    "torch_xla matching this runtime's torch exists, set INSTALL_TORCH_XLA = True in the lesson's setup cell (its first "
+    "code cell), then run that cell and the ones after it again: it installs that torch_xla, or says why none fits. "
+    "torch_xla cannot run on macOS or Windows at all: it has wheels for Linux x86-64 only, for torch {oldest} to "
+    "{newest}.")
+_VERSIONS = {"oldest": versions.SUPPORTED_TORCH_XLA[0], "newest": versions.SUPPORTED_TORCH_XLA[1]}
+MISSING = MISSING_TEMPLATE.format(where=versions.PART_B_WHERE, **_VERSIONS)
+
+
+def missing() -> str:
+    """MISSING in the language the helpers speak: what the lesson prints and XLAUnavailable says."""
+    return say(MISSING_TEMPLATE, where=versions.part_b_where(), **_VERSIONS)
 
 
 class XLAUnavailable(RuntimeError):
@@ -76,7 +85,7 @@ def run(fn, *args, n_devices: int | None = None, virtual: bool = False, timeout_
     (with `with_log=True`, also what XLA logged on stderr). `timeout_s` counts its CPU-seconds (helpers.fresh)."""
     __tracebackhide__ = True  # an error shows the student's code, not the launcher (IPython hides this frame)
     if not available():
-        raise XLAUnavailable(MISSING)
+        raise XLAUnavailable(missing())
     env = _env(n_devices, virtual)
     server = CPU_SERVER if env["PJRT_DEVICE"] == "CPU" and not hardware.tpu_present() else None
     return fresh.run(tpu_precision.as_set(fn), *args, env=env, timeout_s=timeout_s,
@@ -87,7 +96,7 @@ def run_many(jobs, n_devices: int | None = None, virtual: bool = False, timeout_
     """Several `(fn, args, kwargs)` jobs, each in its own fresh process on XLA devices, side by side
     (one at a time on a TPU: a chip serves one process; on XLA:CPU each a child of the fork server)."""
     if not available():
-        raise XLAUnavailable(MISSING)
+        raise XLAUnavailable(missing())
     env = _env(n_devices, virtual)
     on_tpu = hardware.tpu_present() and not virtual
     server = CPU_SERVER if env["PJRT_DEVICE"] == "CPU" and not hardware.tpu_present() else None
@@ -286,6 +295,49 @@ def spmd_data_parallel(steps: int = 5, batch: int = 64, shard=None, seed: int = 
     return {"devices": n, "max_abs_diff": largest_difference(sharded, one_device),
             "fp32_cpu_diff": largest_difference(sharded, cpu), "sharding": spec,
             "compiles": _metric_count("CompileTime"), "executions": _metric_count("ExecuteReplicatedTime")}
+
+
+def fsdpv2_adam(cfg, steps: int | None = None) -> dict:
+    """Lesson 5's FSDP on torch_xla: `cfg`'s model (a helpers.sharding.ShardConfig) wrapped in FSDPv2
+    (SpmdFullyShardedDataParallel: every parameter marked sharded along its largest dimension over a mesh axis "fsdp"
+    of every XLA device, the batch along dim 0), trained with Adam on cfg's global batches, next to the same model on
+    one XLA device (same precision, nothing annotated). "shardings": each parameter's sharding as XLA holds it;
+    "max_abs_diff": the largest weight difference between the two runs."""
+    import copy
+
+    import numpy as np
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+    from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel
+
+    xr.use_spmd()
+    n = xr.global_runtime_device_count()
+    mesh = xs.Mesh(np.arange(n), (n, 1), ("fsdp", "model"))
+    xs.set_global_mesh(mesh)
+    device = torch_xla.device()
+    plain = cfg.model()
+    one_device = copy.deepcopy(plain).to(device)
+    sharded = SpmdFullyShardedDataParallel(plain.to(device))
+    runs = [(model, torch.optim.Adam(model.parameters(), lr=cfg.lr)) for model in (sharded, one_device)]
+    for step in range(cfg.steps if steps is None else steps):
+        x, y = cfg.batch(step, n)
+        for model, optimizer in runs:
+            xd, yd = x.to(device), y.to(device)
+            if model is sharded:
+                xs.mark_sharding(xd, mesh, ("fsdp", None))
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(xd), yd).backward()
+            optimizer.step()
+        torch_xla.sync()
+    xm.wait_device_ops()
+    names = [name.removeprefix("_orig_module.") for name, _ in sharded.named_parameters()]
+    return {"devices": n,
+            "shardings": {name: torch_xla._XLAC._get_xla_sharding_spec(p) for name, p in zip(names, sharded.parameters())},
+            "max_abs_diff": max((p.detach().cpu() - q.detach().cpu()).abs().max().item()
+                                for p, q in zip(sharded.parameters(), one_device.parameters()))}
 
 
 def shardings(meshes, shard=None) -> list[str]:

@@ -220,8 +220,9 @@ def _shown(node) -> list[tuple[ast.AST, bool]]:
                                           if isinstance(v, ast.Dict) else [v.key] if isinstance(v, ast.DictComp)
                                           else [v])]  # a dict's keys: the labels of its values
     values += [k.value for k in node.keywords if k.arg in LABEL_KEYWORDS]
-    while any(isinstance(v, ast.IfExp) for v in values):  # `"a" if x else "b"`: both
-        values = [e for v in values for e in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+    while any(isinstance(v, (ast.IfExp, ast.BoolOp)) for v in values):  # `"a" if x else "b"`, `name or "none"`: each
+        values = [e for v in values for e in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else
+                                              v.values if isinstance(v, ast.BoolOp) else (v,))]
     return [(value, True) for value in values]
 
 

@@ -410,8 +410,10 @@ try:
 except launch.WorkerFailed as error:
     hang_error, waited = error, time.perf_counter() - start
     said = next((line for line in error.details.splitlines() if TIMEOUT.search(line)), ddp.last_error_line(error))
-    killed = f" (killed by {error.signal})" if error.signal else ""
-    print(f"after {waited:.0f} s, rank {error.rank}{killed}: {said.strip()[:160]}")
+    if error.signal:
+        print(f"after {waited:.0f} s, rank {error.rank} (killed by {error.signal}): {said.strip()[:160]}")
+    else:
+        print(f"after {waited:.0f} s, rank {error.rank}: {said.strip()[:160]}")
 assert TIMEOUT.search(hang_error.details) and waited >= 5, "the rank left waiting should fail at the group's timeout"  # a timeout, not a crash
 
 # %% [markdown]

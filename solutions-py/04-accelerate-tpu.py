@@ -89,7 +89,7 @@ from helpers import accel  # sets USE_TORCH_XLA=0 unless there is a TPU: see sec
 from helpers import commands, compare, ddp, grading, lightning_demo, plotting, tpu_stack, xla
 
 XLA = xla.available()
-print("torch_xla:", "installed" if XLA else xla.MISSING)
+print("torch_xla:", "installed" if XLA else xla.missing())
 # the servers that later cells' processes fork from import torch (and torch_xla) now, in the background
 accel.warm_up()
 xla.warm_up()
@@ -497,6 +497,7 @@ if XLA:
     assert _got[len(_cases):] == _real_drawn, "wrong for other batch-size sequences"
 else:
     _real = [3, 3, 2, 1, 1, 2, 2]  # measured with torch_xla 2.9 on XLA:CPU (the drawn sequences need torch_xla to judge)
+    _flag = grading.JUDGED_WITHOUT_XLA
 assert _got[:len(_cases)] == _real, "wrong for other batch-size sequences"
 ### END HIDDEN TESTS
 
@@ -578,6 +579,7 @@ if XLA:
     assert compare.same_values(_got["compiles"], len(_used)), f"padded to buckets, the loop should compile one graph per bucket used ({len(_used)})"
 else:
     assert _got["compiles"] is None, "the collected results are incomplete"
+    _flag = grading.JUDGED_WITHOUT_XLA
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -707,6 +709,7 @@ if XLA:
 else:
     assert compare.is_record(_got, {"source": str}), "the collected results are incomplete"
     assert "mark_sharding" in _got["source"], "annotate the batch with mark_sharding"
+    _flag = grading.JUDGED_WITHOUT_XLA
 ### END HIDDEN TESTS
 
 # %% [markdown]

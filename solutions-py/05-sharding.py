@@ -84,11 +84,14 @@ import torch.nn.functional as F
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from helpers import checkpoints, grading, compare, memory, plotting, sharding
+from helpers import checkpoints, grading, compare, memory, plotting, sharding, xla
 
 WORLD = 2  # processes in the examples
 LESSON_START = time.perf_counter()
 print(launch.plan(WORLD))
+problem = versions.lesson_5_problem(torch.__version__, launch.plan(WORLD).backend, WORLD)  # FSDP2 on gloo: torch 2.9+
+if problem:
+    raise RuntimeError(problem)
 
 # %% [markdown]
 # ## 1. Where a replica's memory goes
@@ -635,8 +638,8 @@ assert all(sharding.same_state(s, full, atol=0) for s in kinds[0]["loaded"].valu
 #   reduce-scatters its gradient. torch_xla packages this as "FSDPv2",
 #   `torch_xla.experimental.spmd_fully_sharded_data_parallel.SpmdFullyShardedDataParallel`, which marks every
 #   parameter of a module this way, along its largest dimension (torch_xla's SPMD and FSDPv2 documentation, and its
-#   source, release 2.9). It needs a real TPU to
-#   be worth running; lesson 4's SPMD cell shows the mechanism on XLA:CPU devices.
+#   source, release 2.9). A TPU is where it pays, but it runs on XLA:CPU's virtual devices as well: the last cell of
+#   this section trains this lesson's model with it on 4 of them.
 # * **Accelerate.** `Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2, ...))`, or
 #   `accelerate config` answering FSDP, makes `accelerator.prepare(model)` call `fully_shard` for you: the plugin
 #   names the blocks to shard (`auto_wrap_policy="transformer_based_wrap"` and the layer class), `reshard_after_forward`,
@@ -647,6 +650,23 @@ assert all(sharding.same_state(s, full, atol=0) for s in kinds[0]["loaded"].valu
 # %% tags=["demonstration"]
 plugin = launch.launch(sharding.accelerate_plugin_worker, 1)[0]  # in a process of its own: the notebook never imports accelerate
 print(plugin if plugin else "accelerate is not installed here (lesson 4 installs it): pip install accelerate")
+
+# %% [markdown]
+# FSDPv2 on 4 virtual XLA:CPU devices, in a process of its own (lesson 4's `xla.run`), next to the same model and
+# Adam on one XLA device. Each parameter's sharding is XLA's notation: `{devices=[4,1]...}` splits dim 0 over the 4
+# devices, `[1,4]` dim 1. FSDPv2 splits a weight along its *largest* dimension, so the last layer (3 × 30) is split by
+# columns, where FSDP2's `fully_shard` always takes rows (dim 0, torch.chunk's rule).
+
+# %% tags=["demonstration"]
+if xla.available():
+    v2 = xla.run(xla.fsdpv2_adam, sharding.ShardConfig(), n_devices=4, virtual=True)
+    for name, spec in v2["shardings"].items():
+        print(f"{name:9} {spec}")
+    print(f"largest weight difference from Adam on one XLA device: {v2['max_abs_diff']:.1e}")
+    assert v2["max_abs_diff"] < 1e-5, "FSDPv2 should train as one device does, at the same precision"
+    assert v2["shardings"]["4.weight"].startswith("{devices=[1,4]"), "the last layer (3 x 30) is split by columns"
+else:
+    print(xla.missing())
 
 # %% [markdown]
 # ## 6. Quick check

@@ -181,3 +181,18 @@ def test_the_docs_say_native_windows_needs_wsl2():
     assert "**Windows: WSL2 only.**" in readme and "PowerShell run as administrator with `wsl --install`" in readme
     assert "**macOS and Windows.**" not in readme
     assert "(on Windows, WSL2: `wsl --install` in PowerShell run as administrator)" in _flat("website/pages/landing.md")
+
+
+def test_the_hardware_table_places_lesson_5_on_every_runtime():
+    """Issue 42: lesson 5 has its place in the table of what ran: each runtime's lessons say where it runs, and no
+    GPU row claims it ran on a GPU."""
+    page = (REPO / "website" / "pages" / "hardware.md").read_text()
+    assert "| runtime | lessons 1–5 | how it was checked |" in page
+    for runtime, row in _rows("website/pages/hardware.md").items():
+        if "TPU stack:" not in row or runtime.startswith("Windows"):
+            continue
+        lessons = row.split("|")[2]
+        assert "all run" in lessons or "lesson 5" in lessons, runtime
+    rows = _rows("website/pages/hardware.md")
+    assert "lesson 5 (written later) not run there" in rows["one GPU (Linux)"]
+    assert "lesson 5's FSDP2 on nccl neither" in rows["Kaggle 2×T4"]

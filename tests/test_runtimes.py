@@ -86,7 +86,7 @@ def test_our_tpu_ids_are_the_ones_torch_xla_looks_for():
     from torch_xla._internal import tpu
 
     assert tpu._GOOGLE_PCI_VENDOR_ID == hardware.GOOGLE_PCI_VENDOR
-    assert set(hardware.TPU_PCI_DEVICES) <= set(tpu._TPU_PCI_DEVICE_IDS)
+    assert set(hardware.TPU_PCI_DEVICES) == set(tpu._TPU_PCI_DEVICE_IDS)
 
 
 def test_virtual_xla_devices_come_from_the_environment(monkeypatch, machine):

@@ -57,3 +57,9 @@ def test_course_dir_names_the_checkout(slurm):
     _, course, job, _ = slurm
     done, log = _submit(slurm, SLURM_SUBMIT_DIR=str(job), COURSE_DIR=str(course))
     assert done.returncode == 0 and f"cwd={course}" in log, done.stderr
+
+
+def test_the_script_says_how_to_name_the_nodes_network_interface():
+    """On nodes with several interfaces nccl and gloo may pick one the other node cannot reach (the runtime review)."""
+    text = SCRIPT.read_text()
+    assert "NCCL_SOCKET_IFNAME" in text and "GLOO_SOCKET_IFNAME" in text

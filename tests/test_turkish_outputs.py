@@ -148,3 +148,49 @@ def test_a_turkish_lesson_run_shows_no_english_sentence(graded_class, lesson):
         text = output_text(nb, shown=turkish)
         assert "CPU" in text, f"the Turkish run of {lesson} did not show the setup cell's summary: {path}"
         assert not english_in(text, lesson), f"English in {path}:\n" + "\n".join(english_in(text, lesson))
+
+
+# What the helpers show a student, by where a string goes: an exception's message, print, tqdm's description and unit,
+# a figure's labels. Left out: argument validation (ValueError, TypeError: a call's own mistake, named by its argument,
+# as torch's are), the instructor's and developer's tools, and tokens that are identifiers or units.
+SHOWN_BY = {"print", "tqdm", "set_title", "set_xlabel", "set_ylabel", "suptitle", "title", "xlabel", "ylabel", "legend",
+            "text", "annotate", "set_description"}
+SHOWN_KEYWORDS = {"desc", "unit", "label", "title"}
+NOT_A_STUDENTS = {"hw_check.py", "import_heap.py", "_messages.py"}  # `make hw-check`'s report, `make setup`'s hook
+NOT_A_STUDENTS_EXCEPTIONS = {("grading.py", "ReferenceFailed"), ("lightning_demo.py", "AttributeError")}  # the grader's; Python's
+TOKENS = {"[rank", "KiB"}
+
+
+def _english_shown(path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def said(node):
+        while (node := parents.get(node)) is not None:
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in ("say", "message"):
+                return True
+        return False
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            raised = getattr(node.exc.func, "id", getattr(node.exc.func, "attr", ""))
+            if raised in ("ValueError", "TypeError") or (path.name, raised) in NOT_A_STUDENTS_EXCEPTIONS:
+                continue
+            values = node.exc.args
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in SHOWN_BY:
+            values = list(node.args) + [k.value for k in node.keywords if k.arg in SHOWN_KEYWORDS]
+        else:
+            continue
+        found += [f"{path.name}:{s.lineno}: {s.value.strip()[:60]!r}" for value in values for s in ast.walk(value)
+                  if isinstance(s, ast.Constant) and isinstance(s.value, str) and WORDS.search(s.value)
+                  and s.value.strip() not in TOKENS and not said(s)]
+    return found
+
+
+def test_every_string_the_helpers_show_a_student_is_a_message():
+    """Issue 41: a helpers' string a student reads (an error's message, a print, a progress bar, a figure) goes
+    through the catalogs (say/message), so that the Turkish edition shows it in Turkish; none is left out one by one."""
+    found = [line for path in sorted((catalog.REPO / "helpers").glob("*.py")) if path.name not in NOT_A_STUDENTS
+             for line in _english_shown(path)]
+    assert not found, "\n".join(found)
