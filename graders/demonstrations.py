@@ -1,14 +1,13 @@
 """Demonstrations: explanation cells that only measure or show, which grading leaves out unless asked.
 
-The instructor's source tags them "demonstration". Grading (graders/execute.py) leaves a submitted cell out only if,
-whatever the submission's metadata says: the source has a tagged cell of its id and exactly its code (a student's
-own or edited cell always runs); no later cell that runs reads a name it binds before binding it again (any access to
-the namespace — `globals()`, `__main__`, `sys.modules`, `user_ns`, frames, `eval`, `In`, `_`, a magic — reads them
-all); and it leaves nothing else behind: no attribute assignment, no item assigned to an object it did not make, no
-`global`, no magic, no file written, no process setting that a `finally` does not restore, no import no earlier cell
-makes (but the standard library's), no method called on an earlier cell's object that a later cell reads. What reading
-the code cannot see (what a helper does to what it is handed, the random generators) tests/test_demonstrations.py and
-the class of tests/classroom.py check by grading with and without them.
+Grading (graders/execute.py) leaves a submitted cell out only if the instructor's source has a cell of its id tagged
+"demonstration" with exactly its code (a student's own or edited cell always runs); no later cell that runs, nor a
+function an earlier cell defined, reads a name it binds before binding it again (any access to the namespace —
+`globals()`, `__main__`, `sys.modules`, `user_ns`, frames, `eval`, `In`, `_`, a magic — reads them all); and it leaves
+nothing else behind: no attribute assigned, no item of an object it did not make, no `global`, no magic, no file
+written, no process setting a `finally` does not restore, no import no earlier cell makes (but the standard library's),
+no method called on an earlier cell's object that a later cell reads. tests/test_demonstrations.py and the class of
+tests/classroom.py check what reading cannot see (what a helper does to what it is handed) by grading with and without.
 """
 
 from __future__ import annotations
@@ -55,6 +54,7 @@ class Cell:
     modules: set[str] = field(default_factory=set)  # modules its imports load
     problems: list[str] = field(default_factory=list)  # why it could not be left out, whatever follows
     changes: dict[str, str] = field(default_factory=dict)  # name -> how the cell may change that object
+    deferred: set[str] = field(default_factory=set)  # module-level names its functions and lambdas read when called
 
 
 def tagged(instructor) -> dict[str, str]:
@@ -64,8 +64,7 @@ def tagged(instructor) -> dict[str, str]:
 
 
 def kept_unchanged(cells, instructor=None) -> list:
-    """The submitted cells that are one of the instructor's demonstrations, unchanged (id and source; `instructor`, or
-    the one the worker names in SOURCE, none named: no cell), or one of another edition's (i18n/: messages translated)."""
+    """The submitted cells that are one of the demonstrations of `instructor` (or SOURCE's; none: none), unchanged in an edition."""
     import nbformat
 
     from i18n.catalog import code_in_editions
@@ -79,8 +78,7 @@ def kept_unchanged(cells, instructor=None) -> list:
 
 
 def skippable(cells, candidates: list[int]) -> set[int]:
-    """Which candidate cells (indices into `cells`, as the kernel runs them) to leave out. The last is decided first:
-    a demonstration that runs counts as a later cell for the ones before it."""
+    """Which candidate cells (indices into `cells`) to leave out, the last first: one that runs is later for the others."""
     skipped: set[int] = set()
     try:
         for index in sorted(candidates, reverse=True):
@@ -100,11 +98,11 @@ def reasons(cells, index: int, skipped=frozenset(), candidates=frozenset()) -> l
     loaded = set().union(*(cell.modules for i, cell in earlier.items() if i not in candidates))
     found += [f"it imports {m}, which no earlier cell imports" for m in sorted(demo.modules - loaded)
               if m.split(".")[0] not in sys.stdlib_module_names]
-    assigned = set().union(*(c.assigned for c in earlier.values()))  # not a module or what an import brought
-    changes = {name: how for name, how in demo.changes.items() if name in assigned}
+    assigned, deferred = (set().union(*(getattr(c, kind) for c in earlier.values())) for kind in ("assigned", "deferred"))
+    changes = {name: how for name, how in demo.changes.items() if name in assigned}  # (assigned: not what an import made)
     later = [analyse(c.source) for i, c in enumerate(cells) if i > index and c.cell_type == "code" and i not in skipped]
     found += [f"a later cell reads {name}, which it {'binds' if name in demo.binds else changes[name]}"
-              for name in sorted(read_later(later, demo.binds | set(changes)))]
+              for name in sorted(read_later(later, demo.binds | set(changes)) | (demo.binds & deferred))]
     return found
 
 
@@ -201,11 +199,8 @@ def _parse(source: str):
 
 def _reads(table) -> set[str]:
     """The module-level names a statement reads: its own, and those its functions, classes and comprehensions read."""
-    top = table.get_type() == "module"
-    found = {s.get_name() for s in table.get_symbols() if (s.is_referenced() and (top or s.is_global())) or s.is_declared_global()}
-    for child in table.get_children():
-        found |= _reads(child)
-    return found
+    return {s.get_name() for s in table.get_symbols() if (s.is_referenced() and (table.get_type() == "module" or s.is_global()))
+            or s.is_declared_global()}.union(*map(_reads, table.get_children()))
 
 
 def _augmented(node) -> set[str]:
@@ -248,7 +243,7 @@ def _whole(tree, cell: Cell) -> None:
     cell.imported = {s.get_name() for s in table.get_symbols() if s.is_imported()}
     cell.assigned = {s.get_name() for s in table.get_symbols() if s.is_assigned()}
     cell.binds = cell.imported | cell.assigned
-    local = _bound_anywhere(table)
+    local, cell.deferred = _bound_anywhere(table), _deferred(table)
     restored = _restored_settings(tree)
     called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
@@ -267,12 +262,17 @@ def _whole(tree, cell: Cell) -> None:
 
 
 def _reaches_namespace(node, called: set) -> bool:
-    """Whether a node reads the namespace by an attribute (sys.modules, frames, user_ns), or a getattr of one (of any
-    on sys or os)."""
+    """Whether a node reads the namespace by an attribute (sys.modules, frames, user_ns), or a getattr of one (any on sys, os)."""
     if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and node.args:
         name = getattr(node.args[1], "value", None) if len(node.args) > 1 else None
         return name in NAMESPACE_ATTRIBUTES if isinstance(name, str) else getattr(node.args[0], "id", "") in ("sys", "os")
     return isinstance(node, ast.Attribute) and node.attr in NAMESPACE_ATTRIBUTES and (node.attr != "modules" or id(node) not in called)
+
+
+def _deferred(table, inside: bool = False) -> set[str]:  # module-level names the cell's functions read when called
+    inside = inside or table.get_type() == "function" and table.get_name() not in ("listcomp", "dictcomp", "setcomp", "genexpr")
+    return {s.get_name() for s in table.get_symbols() if inside and s.is_global() and s.is_referenced()}.union(
+        *(_deferred(child, inside) for child in table.get_children()))
 
 
 def _bound_anywhere(table) -> set[str]:

@@ -249,3 +249,21 @@ def test_the_command_line_and_make_pass_the_option(monkeypatch):
 
 def test_a_task_runs_none_of_them_unless_told():
     assert not submission.Task("s", "l", {}, "d", True, 1, 1, b"").run_demonstrations
+
+
+DEFINED_BEFORE = [
+    ("def f():\n    return demo\n", True),  # a function defined before, called after: it reads the demonstration's name
+    ("g = lambda: demo\n", True),
+    ("table = {'k': lambda: demo}\n", True),
+    ("class C:\n    def m(self):\n        return demo\n", True),
+    ("total = sum([demo for _ in range(2)]) if False else 0\n", False),  # a comprehension runs there and then
+    ("def f(demo):\n    return demo\n", False),  # its own parameter, not the module's name
+]
+
+
+@pytest.mark.parametrize("earlier, runs", DEFINED_BEFORE, ids=[e for e, _ in DEFINED_BEFORE])
+def test_a_function_defined_before_a_demonstration_reads_it_when_called_later(earlier, runs):
+    """Issue 40: a function an earlier cell defined may be called by a later cell and then read the demonstration's
+    name, so the demonstration runs (it was left out, and the graded run differed from the notebook as submitted)."""
+    cells = [nbformat.v4.new_code_cell(s) for s in (earlier, "demo = 41\n", "x = 1\n")]
+    assert (demonstrations.skippable(cells, [1]) == set()) is runs
