@@ -267,5 +267,7 @@ def accelerate_plugin_worker(rank: int, world_size: int) -> dict:
 
 
 def fsdp_tours_worker(rank: int, world_size: int, cfg: ShardConfig) -> dict:
-    """fsdp_tour_worker twice in one launch: in fp32 ({"fp32"}) and under bf16 MixedPrecisionPolicy ({"bf16"})."""
-    return {"fp32": fsdp_tour_worker(rank, world_size, cfg), "bf16": fsdp_tour_worker(rank, world_size, cfg, True, True)}
+    """fsdp_tour_worker three times in one launch: in fp32 ({"fp32"}), under bf16 MixedPrecisionPolicy ({"bf16"}) and with
+    reshard_after_forward=False ({"kept"})."""
+    return {"fp32": fsdp_tour_worker(rank, world_size, cfg), "bf16": fsdp_tour_worker(rank, world_size, cfg, True, True),
+            "kept": fsdp_tour_worker(rank, world_size, cfg, reshard_after_forward=False)}

@@ -330,8 +330,9 @@ assert all(sharding.same_state(r["state"], reference["state"]) for r in zero_ran
 # * **after a block's backward**, its gradients are **reduce-scattered**: each rank receives only the sum of its own
 #   shard's gradients, and the optimizer steps on the shards;
 # * **prefetching**: FSDP2 issues the next block's all-gather while the current block computes (backward prefetching
-#   is on by default; `module.set_modules_to_forward_prefetch([...])` adds it explicitly in forward), so on GPUs the
-#   communication hides behind the compute.
+#   is on by default; `module.set_modules_to_forward_prefetch([...])` adds it explicitly in forward), so that on GPUs
+#   the communication can overlap the compute (the design PyTorch's FSDP2 documentation describes; not measured here:
+#   on this lesson's CPU processes the collectives and the compute share the same cores).
 #
 # A unit's whole parameters exist only while it runs: the peak is one replica's shards plus the largest units being
 # gathered, not a whole replica. That is why you shard *per block*: `fully_shard(model)` alone would make one unit
@@ -347,15 +348,20 @@ for r in tour:
     print(f"        inside the forward: {r['inside forward']}")
     print(f"        after the forward: {r['after forward']}; gradients: {r['grads']['0.weight']}")
 print("trained weights equal plain Adam's:", sharding.same_state(tour[0]["full"], reference["state"]))
+kept = tours[0]["kept"]["after forward"]
+print("with reshard_after_forward=False, after the forward:", kept)
 assert tour[1]["local"]["4.weight"][1] == (1, 30), "rank 1 holds 1 of the last layer's 3 rows"
 assert tour[0]["inside forward"]["0"][1] == (30, 16), "inside its forward a block's weight is whole"
 assert sharding.same_state(tour[0]["full"], reference["state"]), "FSDP2 trains as plain Adam does"
+assert set(kept.values()) == {"Parameter"}, "without resharding a block's weights stay whole until backward"
 
 
 # %% [markdown]
 # Each rank holds 15 of the first layers' 30 rows, and of the last layer's 3 rows, rank 0 holds 2 and rank 1 one.
 # Inside a block's forward its weight is a plain, whole `Parameter` of 30×16 (all-gathered); after the forward it is a
-# `DTensor` shard again; the gradients arrive as shards of the same shape. And the trained weights are those of one
+# `DTensor` shard again (with `reshard_after_forward=False`, the last line, it stays a whole `Parameter` until
+# backward: no second all-gather, the memory of a whole replica of that block meanwhile); the gradients arrive as shards
+# of the same shape. And the trained weights are those of one
 # process running plain Adam.
 #
 # The rule is lesson 1's: a tensor of `rows` rows is cut like `tensor.chunk(N)` on dim 0 — `ceil(rows / N)` rows per

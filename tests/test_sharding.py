@@ -185,3 +185,14 @@ def test_lesson_5_stops_where_gloo_would_sum_instead_of_average():
     assert versions.lesson_5_problem("2.8.0", "nccl", 2) is None
     assert versions.lesson_5_problem(torch.__version__, "gloo", 2) is None
     assert versions.lesson_5_problem("2.10.0", "gloo", 4) is None
+
+
+def test_reshard_after_forward_decides_what_a_block_holds_until_backward():
+    """Lesson 5's tour: with the default the weights are DTensor shards again after the forward; with
+    reshard_after_forward=False they stay whole Parameters until backward. Both train as plain Adam."""
+    cfg = ShardConfig(steps=2)
+    ranks = launch.launch(sharding.fsdp_tours_worker, 2, args=(cfg,), timeout_s=60)
+    assert set(ranks[0]["fp32"]["after forward"].values()) == {"DTensor"}
+    assert set(ranks[0]["kept"]["after forward"].values()) == {"Parameter"}
+    reference = sharding.reference_adam(cfg, 2)
+    assert sharding.same_state(ranks[0]["kept"]["full"], reference["state"])
