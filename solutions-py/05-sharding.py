@@ -164,7 +164,9 @@ assert sum(totals["fsdp"]) < 1.02 * totals["ddp"][0], "FSDP's ranks together hol
 # ### Exercise 1 — bytes per rank for each ZeRO stage (2 points)
 # Write `zero_bytes_per_rank(n_parameters, world_size, stage)`: the bytes of parameters, gradients and optimizer
 # state one rank holds under ZeRO stage `stage` (0, 1, 2 or 3) for mixed-precision Adam as in the table above (2, 2 and
-# 12 bytes per parameter), as a `float`. A `stage` that is not 0, 1, 2 or 3 raises a `ValueError`.
+# 12 bytes per parameter), as a `float`. A `stage` that is not 0, 1, 2 or 3 raises a `ValueError`. The hidden tests
+# compare it with the formula on many sizes, and with the bytes the ranks of a run like the one above really held when
+# the grader measured them (stages 0 and 3, where fp32 and mixed-precision Adam both hold 16 bytes per parameter).
 
 # %% nbgrader={"grade": false, "grade_id": "zero_bytes", "locked": false, "schema_version": 3, "solution": true}
 def zero_bytes_per_rank(n_parameters, world_size, stage):
@@ -193,11 +195,25 @@ _draw = grading.hidden_random()
 _cases = [(7_500_000_000, 64, _s) for _s in range(4)] + [(_draw.randint(1, 10**12), _draw.randint(1, 4096), _draw.randint(0, 3)) for _ in range(40)]
 _cases += [(1, 1, 0), (1, 1, 3), (3, 7, 2), (10**9, 1, 1)]
 _bad = [(1000, 4, 4), (1000, 4, -1), (1000, 4, 1.0), (1000, 4, "1")]
+# a run the judge measures (helpers.sharding.memory_worker): DDP is stage 0, FSDP2 stage 3, and in both stages fp32
+# Adam (4 + 4 + 8 bytes per parameter) holds what mixed-precision Adam (2 + 2 + 12) does
+_MEASURED_WORLD, _measured = 3, sharding.ShardConfig(in_features=64, hidden=127, out_features=5, depth=3)
+_measured_n = sum(_p.numel() for _p in _measured.model().parameters())
+_cases += [(_measured_n, _MEASURED_WORLD, 0), (_measured_n, _MEASURED_WORLD, 3)]
 # [collect]
 _got = grading.collect("zero_bytes_tests", {"values": [grading.outcome(zero_bytes_per_rank, *_c) for _c in _cases],
                                             "bad": [grading.outcome(zero_bytes_per_rank, *_c)[0] for _c in _bad]})
 # [judge]
 assert compare.is_record(_got, {"values": list, "bad": list}) and len(_got["values"]) == len(_cases) and len(_got["bad"]) == len(_bad), "one result per case"
+_held = grading.reference(f"05-sharding memory_worker {_measured!r} {_MEASURED_WORLD}", lambda: [
+    {_mode: sum(_r[_mode].values()) for _mode in ("ddp", "fsdp")}
+    for _r in launch.launch(sharding.memory_worker, _MEASURED_WORLD, args=(_measured,))])
+for _mode, _stage in (("ddp", 0), ("fsdp", 3)):
+    _mean = sum(_r[_mode] for _r in _held) / _MEASURED_WORLD  # Adam's step counters and uneven shards: within 1%
+    _outcome = _got["values"][_cases.index((_measured_n, _MEASURED_WORLD, _stage))]
+    assert type(_outcome) is tuple and len(_outcome) == 2 and _outcome[0] == "returned" and type(_outcome[1]) is float \
+        and abs(_outcome[1] - _mean) <= 0.01 * _mean, \
+        f"zero_bytes_per_rank({_measured_n}, {_MEASURED_WORLD}, {_stage}) is not what {_MEASURED_WORLD} ranks held under stage {_stage} when the grader measured them: {_mean:.0f} bytes each"
 for (_n, _w, _s), _outcome in zip(_cases, _got["values"]):
     assert type(_outcome) is tuple and len(_outcome) == 2 and _outcome[0] == "returned", f"zero_bytes_per_rank({_n}, {_w}, {_s}) raised {_outcome[-1]}"
     assert type(_outcome[1]) is float, f"zero_bytes_per_rank({_n}, {_w}, {_s}) should return a float"

