@@ -3,6 +3,26 @@
 
 CATALOGS = {
     'tr': {
+        '{name} must be an int, got {kind} {value!r}':
+            '{name} bir int olmalıdır, gelen: {kind} {value!r}',
+        '{name} must be >= {minimum}, got {value}':
+            '{name} >= {minimum} olmalıdır, gelen: {value}',
+        '{name} must be one of {choices}, got {value!r}':
+            '{name} şunlardan biri olmalıdır: {choices}, gelen: {value!r}',
+        '{name} must be a positive number, got {value!r}':
+            '{name} pozitif bir sayı olmalıdır, gelen: {value!r}',
+        '{name} must be True or False, got {value!r}':
+            '{name} True ya da False olmalıdır, gelen: {value!r}',
+        '{name} must be a dict of str to str, got {value!r}':
+            "{name} str'den str'ye bir dict olmalıdır, gelen: {value!r}",
+        '{name} must be {none}torch.float16 or torch.bfloat16, got {value}':
+            '{name} {none}torch.float16 ya da torch.bfloat16 olmalıdır, gelen: {value}',
+        'fn must be callable, got {kind}':
+            'fn çağrılabilir olmalıdır, gelen: {kind}',
+        'args must be a tuple, got {kind}':
+            'args bir tuple olmalıdır, gelen: {kind}',
+        'n_samples must be a multiple of batch_size x num_processes for an exact reference':
+            "tam bir referans için n_samples, batch_size x num_processes'in bir katı olmalıdır",
         "the processes' loaders have different numbers of batches: {local}":
             'süreçlerin yükleyicilerindeki yığın sayıları farklı: {local}',
         'saved to {folder}: {files}':
@@ -11,10 +31,32 @@ CATALOGS = {
             "TPU varken {name} değişkeninin Accelerate'i ve torch_xla'yı TPU'da bıraktığı bilinmiyor",
         'with a TPU, {name}={value} keeps Accelerate or torch_xla off it':
             "TPU varken {name}={value}, Accelerate'i ya da torch_xla'yı TPU'dan uzak tutar",
+        'x must be a tensor on the CPU, got {x!r:.60}':
+            "x CPU'da bir tensör olmalıdır, gelen: {x!r:.60}",
+        'model must be an nn.Module, got {kind}':
+            'model bir nn.Module olmalıdır, gelen: {kind}',
+        'matmul_tflops measures a GPU; this machine has none':
+            "matmul_tflops bir GPU'yu ölçer; bu makinede GPU yok",
+        'k * rows must be below 256, got {k} * {rows}':
+            "k * rows 256'dan küçük olmalıdır, gelen: {k} * {rows}",
+        'elsewhere must be a bool, got {elsewhere!r}':
+            'elsewhere bir bool olmalıdır, gelen: {elsewhere!r}',
+        'state_dict must be a mapping of names to tensors, got {kind}':
+            'state_dict adlardan tensörlere bir eşleme olmalıdır, gelen: {kind}',
+        'command must be a list of arguments, got {kind}':
+            'command bir argüman listesi olmalıdır, gelen: {kind}',
+        'commands must be a non-empty list of argument lists, got {commands!r}':
+            'commands argüman listelerinden oluşan boş olmayan bir liste olmalıdır, gelen: {commands!r}',
         'A launcher started by helpers.commands (torchrun, accelerate launch)':
             "helpers.commands'ın başlattığı bir başlatıcı (torchrun, accelerate launch)",
         'the command ran past timeout_s={timeout_s} s and was stopped, with every process it started':
             'komut timeout_s={timeout_s} saniyeyi aştı ve başlattığı her süreçle birlikte durduruldu',
+        '{name} must be a finite number >= 0, got {value!r}':
+            '{name} >= 0 sonlu bir sayı olmalıdır, gelen: {value!r}',
+        'expected must be plain data (bool, int, float, str, None, list, tuple, dict, tensor, dtype, device), got {kind}':
+            'expected düz veri olmalıdır (bool, int, float, str, None, list, tuple, dict, tensör, dtype, device), gelen: {kind}',
+        'fields must be a dict of key -> type, tuple of types or None, got {fields!r}':
+            "fields anahtardan türe, tür tuple'ına ya da None'a bir dict olmalıdır, gelen: {fields!r}",
         'scatter':
             'dağıtma (scatter)',
         'replicate':
@@ -25,6 +67,8 @@ CATALOGS = {
             'toplama (gather)',
         'backward':
             'geriye yayılım',
+        'x must be a batch: a tensor with at least one dimension':
+            'x bir yığın olmalıdır: en az bir boyutu olan bir tensör',
         "the model's inputs were not tensors":
             'modelin girdileri tensör değildi',
         "the model ran more than once on one device's rows: run it once per device":
@@ -35,10 +79,32 @@ CATALOGS = {
             'model bazı cihazların satırları üzerinde hiç çalışmadı: her cihazın parçası üzerinde bir kez çalıştırınız',
         "work out the rule yourself: torch.chunk and the course's split helpers are off limits here":
             'kuralı kendiniz bulunuz: torch.chunk ve kursun bölme yardımcıları burada yasaktır',
+        'message must be a non-empty str, got {message!r}':
+            'message boş olmayan bir str olmalıdır, gelen: {message!r}',
+        'device_ids: the real nn.DataParallel needs CUDA devices; use emulate=True on this machine':
+            'device_ids: gerçek nn.DataParallel CUDA cihazları ister; bu makinede emulate=True kullanınız',
         'real nn.DataParallel on CUDA devices {ids}':
             '{ids} CUDA cihazlarında gerçek nn.DataParallel',
+        'output_device must be one of device_ids {device_ids}, got {output_device!r}':
+            'output_device, device_ids {device_ids} içinden biri olmalıdır, gelen: {output_device!r}',
+        'dim must be an int, got {dim!r}':
+            'dim bir int olmalıdır, gelen: {dim!r}',
+        'module: the emulation runs on the CPU, found a tensor on {device}':
+            "module: öykünme CPU'da çalışır, {device} üzerinde bir tensör bulundu",
         'emulated nn.DataParallel on {n} virtual CPU devices':
             '{n} sanal CPU cihazında öykünülmüş nn.DataParallel',
+        'emulate must be None, True or False, got {emulate!r}':
+            'emulate None, True ya da False olmalıdır, gelen: {emulate!r}',
+        'device_ids {ids}: only {gpus} CUDA devices exist':
+            'device_ids {ids}: yalnızca {gpus} CUDA cihazı var',
+        'device_ids must be a non-empty list of non-negative ints, got {device_ids!r}':
+            "device_ids negatif olmayan int'lerden oluşan boş olmayan bir liste olmalıdır, gelen: {device_ids!r}",
+        'device_ids must not repeat a device, got {ids}':
+            'device_ids bir cihazı tekrarlamamalıdır, gelen: {ids}',
+        'make_loader must be callable, got {kind}':
+            'mean_loss bir float olmalıdır, gelen: {kind}',
+        'record must be what loader_batches returns for {world_size} ranks':
+            "record, loader_batches'in {world_size} rank için döndürdüğü şey olmalıdır",
         'rank {rank}: make_loader returned a {loader}, not a DataLoader':
             'rank {rank}: make_loader bir DataLoader değil, bir {loader} döndürdü',
         'rank {rank}: a batch of {size} samples, more than batch_size={batch_size}':
@@ -55,6 +121,10 @@ CATALOGS = {
             'rank başına {batches} yığın: batch_size={batch_size} ile {share} örneğin yığınları bekleniyordu',
         'samples on no rank: {missing} of the {n_samples}':
             "hiçbir rank'ta olmayan örnekler: {n_samples} örnekten {missing} tanesi",
+        'cfg must be a TrainConfig, got {kind}':
+            'mean_loss bir float olmalıdır, gelen: {kind}',
+        "ranks must be the list of checkpoint_worker's results":
+            "ranks, checkpoint_worker'ın sonuçlarının listesi olmalıdır",
         'rank 0 did not write the checkpoint':
             'rank 0 denetim noktasını yazmadı',
         'ranks {writers} all wrote the checkpoint: only rank 0 may write it (the others race it for the same file)':
@@ -73,6 +143,8 @@ CATALOGS = {
             "{what} anahtarları 'module.' ile başlıyor: {hint}",
         "the keys of {what} are not the model's state dict keys":
             '{what} anahtarları modelin durum sözlüğü anahtarları değil',
+        'error must be an exception, got {kind}':
+            'mean_loss bir float olmalıdır, gelen: {kind}',
         'the file is not a plain state dict of tensors':
             'dosya tensörlerden oluşan düz bir durum sözlüğü değil',
         'a rank read the file before rank 0 had finished writing it':
@@ -85,6 +157,8 @@ CATALOGS = {
             'rank {rank} başarısız oldu: {line} ({hint})',
         'raised in {function}: {code}':
             '{function} içinde fırlatıldı: {code}',
+        "ranks must be the non-empty list of the worker's results":
+            "ranks, worker'ın sonuçlarından oluşan boş olmayan liste olmalıdır",
         "return a dict with the keys 'state' and 'mean_loss' (and no others)":
             "'state' ve 'mean_loss' anahtarlı bir sözlük döndürünüz (başka anahtar olmadan)",
         "the returned 'state'":
@@ -109,10 +183,24 @@ CATALOGS = {
             "{world_size} rank'ın her birinden bir sonuç bekleniyordu",
         'step 5: rank {rank} was still in the process group when the worker returned: leave it (dist.destroy_process_group())':
             'adım 5: işçi döndüğünde rank {rank} hâlâ süreç grubundaydı: gruptan çıkınız (dist.destroy_process_group())',
+        'rank must be an int in [0, {world_size}), got {rank!r}':
+            'rank [0, {world_size}) aralığında bir int olmalıdır, gelen: {rank!r}',
+        'epoch_numbers must be a list of {epochs} ints, got {epoch_numbers!r}':
+            "epoch_numbers {epochs} int'lik bir liste olmalıdır, gelen: {epoch_numbers!r}",
+        'steps: {steps} steps of {per_step} samples need more than cfg.n_samples={n_samples}':
+            'steps: {per_step} örneklik {steps} adım cfg.n_samples={n_samples} değerinden fazlasını ister',
         '{steps} steps, last mean loss {loss:.4f}':
             '{steps} adım, son ortalama kayıp {loss:.4f}',
         'rank {rank} of {world_size}, process {pid}':
             "{world_size} rank'tan rank {rank}, süreç {pid}",
+        'path must be a str or os.PathLike, got {kind}':
+            'path bir str ya da os.PathLike olmalıdır, gelen: {kind}',
+        'slow_s must be a number >= 0, got {slow_s!r}':
+            'slow_s >= 0 bir sayı olmalıdır, gelen: {slow_s!r}',
+        'worker must be callable, got {kind}':
+            'worker çağrılabilir olmalıdır, gelen: {kind}',
+        'server must be a ForkServer or None, got {kind}':
+            'server bir ForkServer ya da None olmalıdır, gelen: {kind}',
         'stopped before it started: another job failed or the run was interrupted':
             'başlamadan durduruldu: başka bir iş başarısız oldu ya da çalıştırma kesildi',
         'the process exited with code {code}:':
@@ -129,6 +217,18 @@ CATALOGS = {
             'fork sunucusu {code} koduyla çıktı',
         "the job's process ended before it reported the job's end":
             'işin süreci, işin bittiğini bildirmeden sona erdi',
+        'modules must be a list of module names, got {modules!r}':
+            'modules bir modül adları listesi olmalıdır, gelen: {modules!r}',
+        '{argument} must be a non-empty str, got {value!r}':
+            '{argument} boş olmayan bir str olmalıdır, gelen: {value!r}',
+        'the value nests deeper than {max_depth} levels':
+            'değer {max_depth} düzeyden daha derin iç içe geçiyor',
+        'the collected results take {size} bytes, more than {max_bytes}':
+            'toplanan sonuçlar {size} bayt tutuyor, {max_bytes} bayttan fazla',
+        'seed must be a non-negative int, got {seed!r}':
+            'seed negatif olmayan bir int olmalıdır, gelen: {seed!r}',
+        'compute must be callable, got {kind}':
+            'compute çağrılabilir olmalıdır, gelen: {kind}',
         'yes':
             'var',
         'no':
@@ -185,12 +285,20 @@ CATALOGS = {
             'CPU çekirdekleri: {n}',
         'CUDA GPUs : {n} ({gpus})':
             "CUDA GPU'ları: {n} ({gpus})",
+        '{virtual_xla_devices_env} must be a positive integer, got {value!r}':
+            '{virtual_xla_devices_env} pozitif bir tam sayı olmalıdır, gelen: {value!r}',
+        "no helpers' catalog for {language!r}: one of {languages}":
+            "helpers'ın {language!r} için kataloğu yok: şunlardan biri: {languages}",
         "--- this rank's stderr ---":
             "--- bu rank'ın stderr çıktısı ---",
         'rank {rank} failed:':
             'rank {rank} başarısız oldu:',
         "--- rank {rank}'s stderr (no result yet) ---":
             '--- rank {rank}: stderr çıktısı (henüz sonuç yok) ---',
+        "backend must be 'gloo' or 'nccl', got {backend!r}":
+            "backend 'gloo' ya da 'nccl' olmalıdır, gelen: {backend!r}",
+        "backend 'nccl' needs one GPU per rank: {n_procs} ranks, {gpus} GPUs":
+            "'nccl' backend'i rank başına bir GPU ister: {n_procs} rank, {gpus} GPU",
         "no result from ranks {ranks} before the launch's deadline (a rank may be stuck)":
             "başlatmanın süre sınırından önce şu rank'lardan sonuç gelmedi: {ranks} (bir rank takılmış olabilir)",
         "no result from rank {ranks} before the launch's deadline (a rank may be stuck)":
@@ -207,6 +315,10 @@ CATALOGS = {
             '(ardından rank {rank} başarısız oldu: {line})',
         '(then rank {rank} lost its connection to rank {other})':
             '(ardından rank {rank}, rank {other} ile bağlantısını kaybetti)',
+        'loader must be a DataLoader or a loader wrapping one, got {kind}':
+            'loader bir DataLoader ya da onu saran bir loader olmalıdır, gelen: {kind}',
+        'kwargs must be a dict of some of {device_args}, got {kwargs!r}':
+            "kwargs, {device_args} arasından bazılarının bir dict'i olmalıdır, gelen: {kwargs!r}",
         'parameters':
             'parametreler',
         'gradients':
@@ -237,10 +349,30 @@ CATALOGS = {
             'cihaz {i}',
         'bytes per device, {source}':
             'cihaz başına bayt, {source}',
+        'model must come from helpers.dataparallel.make_data_parallel':
+            "model helpers.dataparallel.make_data_parallel'dan gelmelidir",
+        'optimizer must be a torch.optim.Optimizer, got {kind}':
+            'optimizer bir torch.optim.Optimizer olmalıdır, gelen: {kind}',
+        'loss_fn must be callable':
+            'loss_fn çağrılabilir olmalıdır',
+        'model: the ledger needs >= 2 device_ids (on one device DataParallel is a plain call)':
+            'model: defter >= 2 device_ids ister (tek cihazda DataParallel düz bir çağrıdır)',
         'peak allocated':
             'ayrılan en yüksek bellek',
         'all-reduce buckets':
             'all-reduce kovaları',
+        'ddp_model must be a DistributedDataParallel, got {kind}':
+            'ddp_model bir DistributedDataParallel olmalıdır, gelen: {kind}',
+        'size must be a multiple of 4 (two 2x2 poolings), got {size}':
+            "size 4'ün bir katı olmalıdır (iki 2x2 pooling), gelen: {size}",
+        '{name} must be 0, 1, 2 or 3, got {value!r}':
+            '{name} 0, 1, 2 ya da 3 olmalıdır, gelen: {value!r}',
+        "torch_version must look like '2.9.0', got {torch_version!r}":
+            "torch_version '2.9.0' biçiminde olmalıdır, gelen: {torch_version!r}",
+        '{wait_env} must be a whole number of milliseconds, got {value!r}':
+            '{wait_env} tam sayı milisaniye olmalıdır, gelen: {value!r}',
+        '{name} must be a boolean (1/0, true/false, yes/no), got {value!r}':
+            '{name} bir boolean olmalıdır (1/0, true/false, yes/no), gelen: {value!r}',
         'no rows: no replica':
             'satır yok: kopya yok',
         'sample index in the batch':
@@ -265,6 +397,8 @@ CATALOGS = {
             '{name} notlandırıcının referansıdır: gizli testler onu bir cevaba kapatır (alıştırmanın kodunu kendiniz yazınız)',
         "note: {name} is one of the grader's references. It runs here, but the hidden tests refuse it to an answer (this cell is not one of the lesson's own cells as released): an exercise whose answer calls it scores nothing. Write that code yourself.":
             'not: {name}, notlandırıcının referans uygulamalarından biridir. Burada çalışır, ama gizli testler onu bir cevaba kullandırmaz (bu hücre, dersin yayımlandığı hâliyle kendi hücrelerinden biri değil): cevabı onu çağıran bir alıştırma hiç puan almaz. O kodu kendiniz yazınız.',
+        'notebook must be a path, got {kind}':
+            'notebook bir yol olmalıdır, gelen: {kind}',
         'The self-check needs a checkout of the course, with its grader: download this notebook (File > Download), then in a clone of the course run `make check NOTEBOOK=<the file>`.':
             'Öz denetim, kursun notlandırıcısıyla birlikte bir kopyasını (checkout) ister: bu not defterini indiriniz (File > Download), sonra kursun bir klonunda `make check NOTEBOOK=<dosya>` çalıştırınız.',
         "Which notebook? Save it, then call selfcheck.check('<its path>').":
@@ -295,6 +429,20 @@ CATALOGS = {
             'tam ağırlıkları yalnızca rank 0 toplar',
         'the trained weights are not those of plain Adam on the global batches':
             "eğitilmiş ağırlıklar, global yığınlarda düz Adam'ın ağırlıkları değil",
+        'shape must be a non-empty tuple of ints >= 0, got {shape!r}':
+            "shape >= 0 int'lerden oluşan boş olmayan bir tuple olmalıdır, gelen: {shape!r}",
+        'tensor must be a torch.Tensor with at least one dimension, got {kind}':
+            'tensor en az bir boyutu olan bir torch.Tensor olmalıdır, gelen: {kind}',
+        'shards must be a non-empty list of dicts, one per rank':
+            "shards, rank başına bir tane olmak üzere dict'lerden oluşan boş olmayan bir liste olmalıdır",
+        'stage must be an int, got {stage!r}':
+            'stage bir int olmalıdır, gelen: {stage!r}',
+        'step must be an int in [0, {steps}), got {step!r}':
+            'step [0, {steps}) aralığında bir int olmalıdır, gelen: {step!r}',
+        '{env} must be one of {settings}, got {value!r}':
+            '{env} şunlardan biri olmalıdır: {settings}, gelen: {value!r}',
+        'version must look like 2.11.0, got {version!r}':
+            'version 2.11.0 biçiminde olmalıdır, gelen: {version!r}',
         'TorchTPU needs Python{needs}, and this runtime has Python {python}: TorchTPU cannot run here.':
             'TorchTPU, Python{needs} ister; bu çalışma ortamında Python {python} var: TorchTPU burada çalışamaz.',
         'torch_tpu {version} is installed, but it':
@@ -321,12 +469,18 @@ CATALOGS = {
             '{tpu}: {problem} torch_xla da kurulu değil.',
         'torch did not load torch_tpu\'s "tpu" device in this process (torch_tpu registers it on import only where it finds a TPU)':
             'torch bu süreçte torch_tpu\'nun "tpu" cihazını yüklemedi (torch_tpu onu içe aktarılırken yalnızca bir TPU bulduğu yerde kaydeder)',
+        'batch_sizes must be a non-empty list of positive ints, got {batch_sizes!r}':
+            "batch_sizes pozitif int'lerden oluşan boş olmayan bir liste olmalıdır, gelen: {batch_sizes!r}",
+        'scaler must be a torch.amp.GradScaler, got {kind}':
+            'scaler bir torch.amp.GradScaler olmalıdır, gelen: {kind}',
         'training':
             'eğitim',
         "Part B needs a torch_xla of the same minor as torch, and torch_xla exists for torch {oldest} to {newest} on Linux x86-64 only (its last release is {newest}.0): it runs in the course's own environment (`make lab`: torch 2.9 + torch_xla 2.9), on Kaggle's TPU runtime (torch 2.8 + torch_xla 2.8), on Colab's TPU runtime if its image still brings a torch_xla (not checked since 2025) and on a Linux x86-64 machine with torch {oldest} to {newest}; not on Colab's and Kaggle's CPU and GPU runtimes (torch 2.10), nor on macOS or Windows.":
             "B Bölümü, torch ile aynı ara sürümden (minor) bir torch_xla gerektirir ve torch_xla yalnızca Linux x86-64 için, torch {oldest} ile {newest} arası için vardır (son sürümü {newest}.0): kursun kendi ortamında (`make lab`: torch 2.9 + torch_xla 2.9), Kaggle'ın TPU çalışma ortamında (torch 2.8 + torch_xla 2.8), imajı hâlâ bir torch_xla getiriyorsa Colab'ın TPU çalışma ortamında (2025'ten beri denetlenmedi) ve torch {oldest} ile {newest} arası kurulu bir Linux x86-64 makinede çalışır; Colab'ın ve Kaggle'ın CPU ve GPU çalışma ortamlarında (torch 2.10), macOS'ta ya da Windows'ta çalışmaz.",
         "lesson 5 trains with FSDP2 on CPU processes (gloo) here, which needs torch {needed} or newer, and this runtime has torch {version}: before 2.9 gloo's reduce_scatter returns the sum where FSDP2 asks for the average, so every gradient would be {world} times too large, silently (pytorch/pytorch#162338). Open the lesson on a runtime with torch {needed} or newer (Colab's and Kaggle's CPU and GPU runtimes have 2.10; `make lab` brings 2.9), or on GPUs.":
             "5. ders burada FSDP2 ile CPU süreçlerinde (gloo) eğitir; bunun için torch {needed} ya da daha yenisi gerekir ve bu çalışma ortamında torch {version} var: 2.9'dan önce gloo'nun reduce_scatter'ı, FSDP2 ortalama istediğinde toplamı döndürür; böylece her gradyan sessizce {world} kat büyük çıkar (pytorch/pytorch#162338). Dersi torch {needed} ya da daha yenisi olan bir çalışma ortamında açınız (Colab'ın ve Kaggle'ın CPU ve GPU çalışma ortamlarında 2.10 vardır; `make lab` 2.9 getirir) ya da GPU'larda çalıştırınız.",
+        'not a version: {version!r}':
+            'bir sürüm değil: {version!r}',
         'This runtime has torch {version}, older than the course supports (torch {low} to {high}): some cells may fail. Use a newer runtime, or pip install "{requirement}" and restart the kernel.':
             'Bu çalışma ortamında torch {version} var; kursun desteklediğinden (torch {low} - {high}) eski: bazı hücreler başarısız olabilir. Daha yeni bir çalışma ortamı kullanınız ya da pip install "{requirement}" çalıştırıp çekirdeği yeniden başlatınız.',
         'This runtime has torch {version}, newer than the newest the course is tested with (torch {low} to {high}): it should work; if a cell fails, please report it with the output of `python -m helpers.hw_check`.':
@@ -357,5 +511,11 @@ CATALOGS = {
             "{what} yerel (native) Windows'ta çalışamaz: {why}",
         "torch_xla is not installed here: part B (XLA) of lesson 4 cannot run; everything else still runs. {where} Where a torch_xla matching this runtime's torch exists, set INSTALL_TORCH_XLA = True in the lesson's setup cell (its first code cell), then run that cell and the ones after it again: it installs that torch_xla, or says why none fits. torch_xla cannot run on macOS or Windows at all: it has wheels for Linux x86-64 only, for torch {oldest} to {newest}.":
             "torch_xla burada kurulu değil: 4. dersin B Bölümü (XLA) çalışamaz; geri kalan her şey yine çalışır. {where} Bu çalışma ortamının torch'una uyan bir torch_xla varsa, dersin kurulum hücresinde (ilk kod hücresi) INSTALL_TORCH_XLA = True yapınız, sonra o hücreyi ve ondan sonrakileri yeniden çalıştırınız: o torch_xla'yı kurar ya da neden hiçbirinin uymadığını söyler. torch_xla macOS'ta ve Windows'ta hiç çalışamaz: yalnızca Linux x86-64 için, torch {oldest} ile {newest} arası için wheel'leri vardır.",
+        "experiments must be a list of dicts of count_compiles' arguments, without features; got {experiments!r}":
+            "experiments, count_compiles'ın argümanlarından (features olmadan) oluşan dict'lerin bir listesi olmalıdır; gelen: {experiments!r}",
+        'meshes must be a non-empty list of (shape, axis_names) of equal lengths, got {meshes!r}':
+            'meshes, eşit uzunlukta (shape, axis_names) çiftlerinden oluşan boş olmayan bir liste olmalıdır, gelen: {meshes!r}',
+        'shard must be callable or None, got {kind}':
+            'shard çağrılabilir ya da None olmalıdır, gelen: {kind}',
     },
 }

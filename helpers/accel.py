@@ -51,9 +51,9 @@ def launch(fn, num_processes: int = 2, args: tuple = (), timeout_s: float = 300.
     """
     __tracebackhide__ = True  # a notebook shows a failed process's traceback from the cell straight to `fn`'s code
     if not callable(fn):
-        raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+        raise ValueError(say("fn must be callable, got {kind}", kind=type(fn).__name__))
     if not isinstance(args, tuple):
-        raise ValueError(f"args must be a tuple, got {type(args).__name__}")
+        raise ValueError(say("args must be a tuple, got {kind}", kind=type(args).__name__))
     env = {**launch_env(num_processes), **str_dict("env", env)}
 
     def process(rank, world_size, *fn_args):
@@ -116,7 +116,7 @@ def reference(n_samples=256, batch_size=16, epochs=2, lr=0.05, seed=0, num_proce
         positive_int(name, value)
     positive_number("lr", lr)
     if n_samples % (batch_size * num_processes):
-        raise ValueError("n_samples must be a multiple of batch_size x num_processes for an exact reference")
+        raise ValueError(say("n_samples must be a multiple of batch_size x num_processes for an exact reference"))
     net = model(seed)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     for _ in range(epochs):

@@ -15,6 +15,7 @@ from . import training
 from ._saved import saved_bytes
 from ._validate import low_precision_dtype, one_of, positive_int, positive_number
 from . import refusal
+from .language import say
 
 FORMATS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 LOW_PRECISION = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -49,7 +50,7 @@ def elsewhere(x: torch.Tensor) -> torch.Tensor:
     CPU: `autocast_state`, read inside the forward, tells which, on a machine without such a device. (Autocast for
     SIMULATED_DEVICE changes nothing computed on the CPU: what comes out is fp32.)"""
     if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
-        raise ValueError(f"x must be a tensor on the CPU, got {x!r:.60}")
+        raise ValueError(say("x must be a tensor on the CPU, got {x!r:.60}", x=x))
     return x.as_subclass(_Elsewhere)
 
 
@@ -132,7 +133,7 @@ def saved_activation_bytes(model: nn.Module, x: torch.Tensor, dtype: torch.dtype
     """Bytes autograd saves for backward in one forward of `model` (parameters and input excluded),
     in fp32 (`dtype=None`) or under autocast to `dtype`."""
     if not isinstance(model, nn.Module):
-        raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+        raise ValueError(say("model must be an nn.Module, got {kind}", kind=type(model).__name__))
     low_precision_dtype("dtype", dtype)
     with saved_bytes(list(model.parameters()) + [x]) as saved:
         with torch.autocast(x.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
@@ -197,7 +198,7 @@ def matmul_tflops(n: int = 4096, dtype: torch.dtype = torch.bfloat16, repeats: i
     positive_int("n", n)
     positive_int("repeats", repeats)
     if not torch.cuda.is_available():
-        raise ValueError("matmul_tflops measures a GPU; this machine has none")
+        raise ValueError(say("matmul_tflops measures a GPU; this machine has none"))
     a = torch.randn(n, n, device="cuda", dtype=dtype)
     b = torch.randn(n, n, device="cuda", dtype=dtype)
     a @ b
@@ -243,7 +244,7 @@ def accumulation_batches(k: int, rows: int, steps: int = 5, seed: int = 0, bad=(
     positive_int("rows", rows)
     positive_int("steps", steps)
     if k * rows >= 256:
-        raise ValueError(f"k * rows must be below 256, got {k} * {rows}")
+        raise ValueError(say("k * rows must be below 256, got {k} * {rows}", k=k, rows=rows))
     bad = dict(bad)
     x, y = data.regression(256, 16, 2, seed=seed).tensors
     batches = []
@@ -270,7 +271,7 @@ def micro_batch_reference(k: int, rows: int, max_norm: float, steps: int = 5, se
     positive_number("max_norm", max_norm)
     positive_number("lr", lr)
     if not isinstance(elsewhere, bool):
-        raise ValueError(f"elsewhere must be a bool, got {elsewhere!r}")
+        raise ValueError(say("elsewhere must be a bool, got {elsewhere!r}", elsewhere=elsewhere))
     model = models.seeded(models.MLP, seed, in_features=16, hidden=32, out_features=2)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)

@@ -12,13 +12,15 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from .language import say
+
 PREFIX = "module."
 
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The model inside any stack of DataParallel / DistributedDataParallel wrappers."""
     if not isinstance(model, nn.Module):
-        raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+        raise ValueError(say("model must be an nn.Module, got {kind}", kind=type(model).__name__))
     while isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
         model = model.module
     return model
@@ -26,7 +28,8 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 def _check_state_dict(state_dict) -> None:
     if not isinstance(state_dict, Mapping):
-        raise ValueError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
+        raise ValueError(say("state_dict must be a mapping of names to tensors, got {kind}",
+                             kind=type(state_dict).__name__))
 
 
 def strip_prefix(state_dict: Mapping, prefix: str = PREFIX) -> OrderedDict:

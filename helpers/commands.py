@@ -33,7 +33,7 @@ STOP_GRACE_S = 5.0
 def run(command: list[str], timeout_s: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """One command, its output captured (text). Raises TimeoutError past `timeout_s`, with nothing left running."""
     if not isinstance(command, (list, tuple)):
-        raise ValueError(f"command must be a list of arguments, got {type(command).__name__}")
+        raise ValueError(say("command must be a list of arguments, got {kind}", kind=type(command).__name__))
     return run_all([command], timeout_s=timeout_s, env=env)[0]
 
 
@@ -41,7 +41,8 @@ def run_all(commands: list[list[str]], timeout_s: float = 300, env: dict | None 
     """Several commands at once (all must end within `timeout_s`); their results in order."""
     if not isinstance(commands, list) or not commands or not all(
             isinstance(c, (list, tuple)) and c and all(isinstance(a, str) for a in c) for c in commands):
-        raise ValueError(f"commands must be a non-empty list of argument lists, got {commands!r}")
+        raise ValueError(say("commands must be a non-empty list of argument lists, got {commands!r}",
+                             commands=commands))
     positive_number("timeout_s", timeout_s)
     full_env = {**os.environ, **str_dict("env", env)}
     windows.refuse_native(message("A launcher started by helpers.commands (torchrun, accelerate launch)"))

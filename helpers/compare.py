@@ -22,13 +22,15 @@ import math
 
 import torch
 
+from .language import say
+
 DICTS = (dict, collections.OrderedDict)  # the dicts the grading codec gives back
 _EXACT = (bool, int, str, type(None), torch.dtype, torch.device)  # compared with ==, once the types are equal
 
 
 def _tolerance(name: str, value) -> None:
     if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        raise ValueError(say("{name} must be a finite number >= 0, got {value!r}", name=name, value=value))
 
 
 def tensor_like(got, expected) -> bool:
@@ -75,8 +77,8 @@ def same_values(got, expected, *, atol: float = 0.0, rtol: float = 0.0) -> bool:
 def _same(got, expected, atol, rtol) -> bool:
     kind = type(expected)
     if kind not in _EXACT + (float, list, tuple, torch.Tensor) + DICTS:
-        raise ValueError(f"expected must be plain data (bool, int, float, str, None, list, tuple, dict, tensor, dtype, "
-                         f"device), got {kind.__name__}")
+        raise ValueError(say("expected must be plain data (bool, int, float, str, None, list, tuple, dict, tensor, "
+                             "dtype, device), got {kind}", kind=kind.__name__))
     if type(got) is not kind:
         return False
     if kind is float:
@@ -103,7 +105,8 @@ def is_record(value, fields: dict) -> bool:
     `fields` gives for its key: a type or a tuple of types, matched exactly, or None for any type (judged apart)."""
     if type(fields) is not dict or not all(spec is None or isinstance(spec, type) or (
             type(spec) is tuple and all(isinstance(t, type) for t in spec)) for spec in fields.values()):
-        raise ValueError(f"fields must be a dict of key -> type, tuple of types or None, got {fields!r}")
+        raise ValueError(say("fields must be a dict of key -> type, tuple of types or None, got {fields!r}",
+                             fields=fields))
     if type(value) not in DICTS or set(value) != set(fields):
         return False
     return all(spec is None or type(value[k]) in (spec if type(spec) is tuple else (spec,)) for k, spec in fields.items())

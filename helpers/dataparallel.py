@@ -82,7 +82,7 @@ def pieces_problem(pieces, x: torch.Tensor, n_devices: int) -> str | None:
     pieces of torch's chunk split (`split_sizes`), in any order (DataParallel's replica threads start and
     finish in any order). Pieces are compared exactly (same dtype, shape and values)."""
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
-        raise ValueError("x must be a batch: a tensor with at least one dimension")
+        raise ValueError(say("x must be a batch: a tensor with at least one dimension"))
     expected = list(x.split(split_sizes(len(x), n_devices)))
     if type(pieces) is not list or not all(type(p) is torch.Tensor for p in pieces):
         return say("the model's inputs were not tensors")
@@ -122,7 +122,7 @@ def chunk_forbidden(message: str = _CHUNK_FORBIDDEN):
     without them."""
     global _forbidden_message
     if not isinstance(message, str) or not message:
-        raise ValueError(f"message must be a non-empty str, got {message!r}")
+        raise ValueError(say("message must be a non-empty str, got {message!r}", message=message))
     helpers = (split_sizes, split_indices)
     codes = [f.__code__ for f in helpers]
     saved, _forbidden_message = _forbidden_message, message
@@ -273,7 +273,8 @@ class TimedDataParallel(_StepRecorder, nn.DataParallel):
 
     def __init__(self, module: nn.Module, device_ids=None, output_device=None, dim: int = 0):
         if not torch.cuda.is_available():
-            raise ValueError("device_ids: the real nn.DataParallel needs CUDA devices; use emulate=True on this machine")
+            raise ValueError(say("device_ids: the real nn.DataParallel needs CUDA devices; use emulate=True on this "
+                                 "machine"))
         nn.DataParallel.__init__(self, module, device_ids, output_device, dim)
         self._init_recorder()
 
@@ -293,12 +294,14 @@ class EmulatedDataParallel(_StepRecorder, nn.DataParallel):
         if output_device is None:
             output_device = device_ids[0]
         if output_device not in device_ids:
-            raise ValueError(f"output_device must be one of device_ids {device_ids}, got {output_device!r}")
+            raise ValueError(say("output_device must be one of device_ids {device_ids}, got {output_device!r}",
+                                 device_ids=device_ids, output_device=output_device))
         if isinstance(dim, bool) or not isinstance(dim, int):
-            raise ValueError(f"dim must be an int, got {dim!r}")
+            raise ValueError(say("dim must be an int, got {dim!r}", dim=dim))
         for t in list(module.parameters()) + list(module.buffers()):
             if t.device.type != "cpu":
-                raise ValueError(f"module: the emulation runs on the CPU, found a tensor on {t.device}")
+                raise ValueError(say("module: the emulation runs on the CPU, found a tensor on {device}",
+                                     device=t.device))
         self.module = module
         self.device_ids = device_ids
         self.output_device = output_device
@@ -353,7 +356,7 @@ def make_data_parallel(module: nn.Module, device_ids=None, *, emulate: bool | No
     `emulate=True` forces the emulation, `emulate=False` the real wrapper.
     """
     if emulate not in (None, True, False):
-        raise ValueError(f"emulate must be None, True or False, got {emulate!r}")
+        raise ValueError(say("emulate must be None, True or False, got {emulate!r}", emulate=emulate))
     gpus = torch.cuda.device_count()
     ids = _check_device_ids(device_ids) if device_ids is not None else list(range(gpus)) if gpus >= 2 else [0, 1]
     if emulate is None:
@@ -361,16 +364,18 @@ def make_data_parallel(module: nn.Module, device_ids=None, *, emulate: bool | No
     if emulate:
         return EmulatedDataParallel(module, device_ids=ids)
     if max(ids) >= gpus:
-        raise ValueError(f"device_ids {ids}: only {torch.cuda.device_count()} CUDA devices exist")
+        raise ValueError(say("device_ids {ids}: only {gpus} CUDA devices exist", ids=ids,
+                             gpus=torch.cuda.device_count()))
     return TimedDataParallel(module.to(f"cuda:{ids[0]}"), device_ids=ids)
 
 
 def _check_device_ids(device_ids) -> list[int]:
     ids = list(device_ids) if isinstance(device_ids, (list, tuple, range)) else None
     if not ids or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
-        raise ValueError(f"device_ids must be a non-empty list of non-negative ints, got {device_ids!r}")
+        raise ValueError(say("device_ids must be a non-empty list of non-negative ints, got {device_ids!r}",
+                             device_ids=device_ids))
     if len(set(ids)) != len(ids):
-        raise ValueError(f"device_ids must not repeat a device, got {ids}")
+        raise ValueError(say("device_ids must not repeat a device, got {ids}", ids=ids))
     return ids
 
 

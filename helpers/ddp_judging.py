@@ -38,7 +38,7 @@ def loader_batches(make_loader, n_samples: int, world_size: int, batch_size: int
     does not hold the dataset's tensors}. The record ends at the first rank whose loader is no DataLoader or
     yields such a batch."""
     if not callable(make_loader):
-        raise ValueError(f"make_loader must be callable, got {type(make_loader).__name__}")
+        raise ValueError(say("make_loader must be callable, got {kind}", kind=type(make_loader).__name__))
     positive_int("n_samples", n_samples)
     positive_int("world_size", world_size)
     positive_int("batch_size", batch_size)
@@ -93,7 +93,8 @@ def loader_batches_problem(record: list, n_samples: int, world_size: int, batch_
     positive_int("world_size", world_size)
     positive_int("batch_size", batch_size)
     if not _is_loader_record(record, world_size):
-        raise ValueError(f"record must be what loader_batches returns for {world_size} ranks")
+        raise ValueError(say("record must be what loader_batches returns for {world_size} ranks",
+                             world_size=world_size))
     dataset = data.indexed(n_samples)
     share = len(DistributedSampler(dataset, num_replicas=world_size, rank=0, shuffle=False))
     n_batches = len(DataLoader(dataset, batch_size=batch_size,
@@ -101,7 +102,8 @@ def loader_batches_problem(record: list, n_samples: int, world_size: int, batch_
     shards = []
     for rank, entry in enumerate(record):
         if not entry["is_dataloader"]:
-            return say("rank {rank}: make_loader returned a {loader}, not a DataLoader", rank=rank, loader=entry['loader'])
+            return say("rank {rank}: make_loader returned a {loader}, not a DataLoader", rank=rank,
+                       loader=entry['loader'])
         rows = []
         for size, values in entry["batches"]:
             if size > batch_size:
@@ -139,10 +141,10 @@ def checkpoint_problem(ranks: list, cfg: TrainConfig) -> str | None:
     rank 0, wrote the file; every rank loaded a clean state dict (the plain model's keys) holding the
     trained weights, which are one SGD step on the global batch (`large_batch_reference`) on every rank."""
     if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+        raise ValueError(say("cfg must be a TrainConfig, got {kind}", kind=type(cfg).__name__))
     fields = {"rank": int, "trained": None, "loaded": None, "wrote": bool}  # what it loaded is judged below
     if type(ranks) is not list or not ranks or not all(compare.is_record(r, fields) for r in ranks):
-        raise ValueError("ranks must be the list of checkpoint_worker's results")
+        raise ValueError(say("ranks must be the list of checkpoint_worker's results"))
     writers = [r["rank"] for r in ranks if r["wrote"]]
     if 0 not in writers:
         return say("rank 0 did not write the checkpoint")
@@ -180,7 +182,7 @@ def _state_dict_problem(state, keys: list, what: str, prefix_hint: str) -> str |
 def last_error_line(error: BaseException) -> str:
     """The line of a failed rank's traceback that names the exception (not the rank's stderr)."""
     if not isinstance(error, BaseException):
-        raise ValueError(f"error must be an exception, got {type(error).__name__}")
+        raise ValueError(say("error must be an exception, got {kind}", kind=type(error).__name__))
     from .launch import THIS_RANKS_STDERR
 
     text = getattr(error, "details", str(error))
@@ -224,9 +226,9 @@ def worker_problem(ranks: list, cfg: TrainConfig, world_size: int) -> str | None
     ranks of the last batch's loss, which is that reference's last loss (every rank's last batch has the same
     size under DistributedSampler)."""
     if not isinstance(ranks, list) or not ranks:
-        raise ValueError("ranks must be the non-empty list of the worker's results")
+        raise ValueError(say("ranks must be the non-empty list of the worker's results"))
     if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+        raise ValueError(say("cfg must be a TrainConfig, got {kind}", kind=type(cfg).__name__))
     positive_int("world_size", world_size)
     if not all(compare.is_record(r, {"state": None, "mean_loss": None}) for r in ranks):
         return say("return a dict with the keys 'state' and 'mean_loss' (and no others)")
@@ -279,7 +281,7 @@ def share_worker_problem(records: list, cfg: TrainConfig, world_size: int) -> st
     sampler takes them (helpers.ddp_workers.rank_share): weights equal to the reference say that the ranks trained
     on their shares and averaged their gradients."""
     if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+        raise ValueError(say("cfg must be a TrainConfig, got {kind}", kind=type(cfg).__name__))
     positive_int("world_size", world_size)
     fields = {"result": None, "left_group": bool}
     if type(records) is not list or len(records) != world_size or not all(compare.is_record(r, fields) for r in records):

@@ -17,6 +17,7 @@ from torch.utils.data import DistributedSampler
 from . import compare, data, models
 from ._validate import positive_int, positive_number
 from . import refusal
+from .language import say
 
 
 # ---- arithmetic ----------------------------------------------------------------------------------
@@ -28,7 +29,8 @@ def shard_indices(n_samples: int, world_size: int, rank: int, drop_last: bool = 
     positive_int("n_samples", n_samples)
     positive_int("world_size", world_size)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+        raise ValueError(say("rank must be an int in [0, {world_size}), got {rank!r}", world_size=world_size,
+                             rank=rank))
     sampler = DistributedSampler(range(n_samples), num_replicas=world_size, rank=rank, shuffle=shuffle,
                                  seed=seed, drop_last=drop_last)
     sampler.set_epoch(epoch)
@@ -112,7 +114,8 @@ def reference_train(cfg: TrainConfig, world_size: int, epoch_numbers: list[int] 
     positive_int("world_size", world_size)
     if epoch_numbers is not None and (type(epoch_numbers) is not list or len(epoch_numbers) != cfg.epochs
                                       or not all(type(e) is int for e in epoch_numbers)):
-        raise ValueError(f"epoch_numbers must be a list of {cfg.epochs} ints, got {epoch_numbers!r}")
+        raise ValueError(say("epoch_numbers must be a list of {epochs} ints, got {epoch_numbers!r}", epochs=cfg.epochs,
+                             epoch_numbers=epoch_numbers))
     dataset = cfg.dataset()
     model = cfg.model()
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
@@ -145,7 +148,8 @@ def large_batch_reference(cfg: TrainConfig, world_size: int, micro_batches: int,
     positive_int("steps", steps)
     per_step = world_size * cfg.batch_size * micro_batches
     if steps * per_step > cfg.n_samples:
-        raise ValueError(f"steps: {steps} steps of {per_step} samples need more than cfg.n_samples={cfg.n_samples}")
+        raise ValueError(say("steps: {steps} steps of {per_step} samples need more than cfg.n_samples={n_samples}",
+                             steps=steps, per_step=per_step, n_samples=cfg.n_samples))
     dataset = cfg.dataset()
     model = cfg.model()
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)

@@ -219,9 +219,9 @@ def recording_writes(path: str, slow_s: float = 0.0):
 
     Yields a list whose single item turns True at the first write."""
     if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        raise ValueError(say("path must be a str or os.PathLike, got {kind}", kind=type(path).__name__))
     if isinstance(slow_s, bool) or not isinstance(slow_s, (int, float)) or slow_s < 0:
-        raise ValueError(f"slow_s must be a number >= 0, got {slow_s!r}")
+        raise ValueError(say("slow_s must be a number >= 0, got {slow_s!r}", slow_s=slow_s))
     target = os.path.realpath(path)
     wrote, active = [False], [True]
 
@@ -294,9 +294,10 @@ def rank_share(cfg: TrainConfig, world_size: int, rank: int) -> RankShare:
     one that trains alone on the whole dataset learns from the other numbers."""
     positive_int("world_size", world_size)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+        raise ValueError(say("rank must be an int in [0, {world_size}), got {rank!r}", world_size=world_size,
+                             rank=rank))
     if not isinstance(cfg, TrainConfig):
-        raise ValueError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+        raise ValueError(say("cfg must be a TrainConfig, got {kind}", kind=type(cfg).__name__))
     true = cfg.dataset()
     reachable = set()
     for epoch in range(cfg.epochs + 1):
@@ -319,6 +320,6 @@ def share_worker(rank: int, world_size: int, worker, cfg: TrainConfig) -> dict:
     never leaves it be seen. (The worker gets no data_seed; reaching for this frame's `cfg` is reaching into the
     interpreter's frames, which graders/audit.py flags.)"""
     if not callable(worker):
-        raise ValueError(f"worker must be callable, got {type(worker).__name__}")
+        raise ValueError(say("worker must be callable, got {kind}", kind=type(worker).__name__))
     result = worker(rank, world_size, rank_share(cfg, world_size, rank))
     return {"result": result, "left_group": not dist.is_initialized()}

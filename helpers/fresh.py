@@ -61,7 +61,7 @@ def run(fn, *args, env: dict | None = None, timeout_s: float = 300, with_log: bo
     __tracebackhide__ = True  # IPython shows a failed job's traceback from the cell straight to the job's own code
     boolean("with_log", with_log)
     if server is not None and not isinstance(server, ForkServer):
-        raise ValueError(f"server must be a ForkServer or None, got {type(server).__name__}")
+        raise ValueError(say("server must be a ForkServer or None, got {kind}", kind=type(server).__name__))
     children = _Children()
     try:
         value, log = _run(fn, args, kwargs, env, timeout_s, children, server)
@@ -82,7 +82,7 @@ def run_many(jobs, env: dict | None = None, timeout_s: float = 300, workers: int
     if workers is not None:
         positive_int("workers", workers)
     if server is not None and not isinstance(server, ForkServer):
-        raise ValueError(f"server must be a ForkServer or None, got {type(server).__name__}")
+        raise ValueError(say("server must be a ForkServer or None, got {kind}", kind=type(server).__name__))
     workers = workers or max(1, min(len(jobs), os.cpu_count() or 1))
     children = _Children()
     with ThreadPoolExecutor(workers) as pool:
@@ -144,7 +144,7 @@ def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: F
          apart: bool = False):
     __tracebackhide__ = True
     if not callable(fn):
-        raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+        raise ValueError(say("fn must be callable, got {kind}", kind=type(fn).__name__))
     positive_number("timeout_s", timeout_s)
     env = str_dict("env", env)
     with tempfile.TemporaryDirectory() as folder:
@@ -435,7 +435,7 @@ def import_for_forks(modules) -> None:
 
 def _module_names(modules) -> list[str]:
     if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) and m for m in modules):
-        raise ValueError(f"modules must be a list of module names, got {modules!r}")
+        raise ValueError(say("modules must be a list of module names, got {modules!r}", modules=modules))
     return list(modules)
 
 

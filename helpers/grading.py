@@ -31,6 +31,8 @@ import json
 import math
 import sys
 
+from .language import say
+
 MIME = "text/x-course-collected"
 _type, _isinstance = type, isinstance  # as they were when the lesson imported this module, before any answer ran
 # What a hidden test's judge part sets `_flag` to where it could not judge as it does elsewhere: graders/judge.py adds
@@ -58,13 +60,13 @@ class Other:
 
 def _name(argument: str, value) -> None:
     if _type(value) is not str or not value:
-        raise ValueError(f"{argument} must be a non-empty str, got {value!r}")
+        raise ValueError(say("{argument} must be a non-empty str, got {value!r}", argument=argument, value=value))
 
 
 def encode(value, _depth: int = 0):
     """`value` as JSON-serialisable data (raises ValueError if it nests deeper than MAX_DEPTH)."""
     if _depth > MAX_DEPTH:
-        raise ValueError(f"the value nests deeper than {MAX_DEPTH} levels")
+        raise ValueError(say("the value nests deeper than {max_depth} levels", max_depth=MAX_DEPTH))
     kind = _type(value)
     if value is None or kind in (bool, int):
         return value
@@ -160,7 +162,8 @@ def dumps(name: str, value) -> str:
     text = json.dumps({"name": name, "data": encode(value), "kernel": kernel_changes()}, ensure_ascii=True,
                       allow_nan=False)
     if len(text) > MAX_BYTES:
-        raise ValueError(f"the collected results take {len(text)} bytes, more than {MAX_BYTES}")
+        raise ValueError(say("the collected results take {size} bytes, more than {max_bytes}", size=len(text),
+                             max_bytes=MAX_BYTES))
     return text
 
 
@@ -278,7 +281,7 @@ def use_hidden_seed(seed: int) -> None:
     """Draw the hidden inputs from `seed` from now on (the grader's secret seed of one submission)."""
     global _hidden_seed
     if _type(seed) is not int or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        raise ValueError(say("seed must be a non-negative int, got {seed!r}", seed=seed))
     _hidden_seed = seed
 
 
@@ -312,7 +315,7 @@ def reference(key: str, compute):
 
     _name("key", key)
     if not callable(compute):
-        raise ValueError(f"compute must be callable, got {_type(compute).__name__}")
+        raise ValueError(say("compute must be callable, got {kind}", kind=_type(compute).__name__))
     folder = os.environ.get("GRADER_JUDGE_MEMO")
     if not folder:
         return decode(encode(_computed(key, compute)))
@@ -333,7 +336,7 @@ def reference(key: str, compute):
 def outcome(fn, *args, **kwargs):
     """("returned", value) or ("raised", the exception's class name): for tests of what a function raises."""
     if not callable(fn):
-        raise ValueError(f"fn must be callable, got {_type(fn).__name__}")
+        raise ValueError(say("fn must be callable, got {kind}", kind=_type(fn).__name__))
     try:
         return ("returned", fn(*args, **kwargs))
     except Exception as error:  # noqa: BLE001 - which exception it was is the result

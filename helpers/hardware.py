@@ -129,7 +129,8 @@ class Hardware:
 
     def xla_mode(self) -> str:
         if self.tpu:
-            return f"{self.tpu} (PJRT_DEVICE=TPU)" + ("" if self.torch_xla_installed else say(", but torch_xla is missing"))
+            return f"{self.tpu} (PJRT_DEVICE=TPU)" + ("" if self.torch_xla_installed else say(", but torch_xla is "
+                                                                                              "missing"))
         if self.torch_xla_installed:
             return say("no TPU: XLA:CPU with {n} virtual devices (PJRT_DEVICE=CPU)", n=virtual_xla_devices())
         return say("torch_xla not installed")
@@ -184,7 +185,8 @@ def threads_per_rank(local_ranks: int) -> int:
 def virtual_xla_devices() -> int:
     value = os.environ.get(VIRTUAL_XLA_DEVICES_ENV, str(DEFAULT_VIRTUAL_XLA_DEVICES))
     if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{VIRTUAL_XLA_DEVICES_ENV} must be a positive integer, got {value!r}")
+        raise ValueError(say("{virtual_xla_devices_env} must be a positive integer, got {value!r}",
+                             virtual_xla_devices_env=VIRTUAL_XLA_DEVICES_ENV, value=value))
     return int(value)
 
 

@@ -24,7 +24,8 @@ def languages() -> list[str]:
 def use(language: str) -> None:
     """Speak `language` from now on, in this process and those it starts."""
     if language not in languages():
-        raise ValueError(f"no helpers' catalog for {language!r}: one of {languages()}")
+        raise ValueError(say("no helpers' catalog for {language!r}: one of {languages}", language=language,
+                             languages=languages()))
     os.environ[ENV] = language
 
 

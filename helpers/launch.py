@@ -137,9 +137,10 @@ def plan(n_procs: int, backend: str | None = None) -> Plan:
     if backend is None:
         backend = "nccl" if torch.cuda.device_count() >= n_procs else "gloo"
     if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+        raise ValueError(say("backend must be 'gloo' or 'nccl', got {backend!r}", backend=backend))
     if backend == "nccl" and torch.cuda.device_count() < n_procs:
-        raise ValueError(f"backend 'nccl' needs one GPU per rank: {n_procs} ranks, {torch.cuda.device_count()} GPUs")
+        raise ValueError(say("backend 'nccl' needs one GPU per rank: {n_procs} ranks, {gpus} GPUs", n_procs=n_procs,
+                             gpus=torch.cuda.device_count()))
     return Plan(n_procs, backend, threads_per_rank(n_procs))
 
 
@@ -192,9 +193,9 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
     are in place before the worker's modules are imported)."""
     __tracebackhide__ = True  # a notebook shows a failed rank's traceback from the cell straight to the worker's code
     if not callable(worker):
-        raise ValueError(f"worker must be callable, got {type(worker).__name__}")
+        raise ValueError(say("worker must be callable, got {kind}", kind=type(worker).__name__))
     if not isinstance(args, tuple):
-        raise ValueError(f"args must be a tuple, got {type(args).__name__}")
+        raise ValueError(say("args must be a tuple, got {kind}", kind=type(args).__name__))
     env = nccl_watchdog.rank_environment(str_dict("env", env))
     positive_number("timeout_s", timeout_s)
     waits_s = timeout_s + nccl_watchdog.dump_wait_s({**os.environ, **env}) + DEADLINE_MARGIN_S

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 
 from . import data, fresh, hardware, xla
 from ._validate import positive_int
+from .language import say
 
 
 def __getattr__(name: str):
@@ -67,7 +68,8 @@ def sampler_of(loader):
     for holder in (loader, getattr(loader, "batch_sampler", None), getattr(loader, "_loader", None)):
         if holder is not None and hasattr(holder, "sampler"):
             return holder.sampler
-    raise ValueError(f"loader must be a DataLoader or a loader wrapping one, got {type(loader).__name__}")
+    raise ValueError(say("loader must be a DataLoader or a loader wrapping one, got {kind}",
+                         kind=type(loader).__name__))
 
 
 def sampler_report(loader, rank: int) -> dict:
@@ -124,7 +126,8 @@ def trainer_on_tpu(kwargs: dict, tpu_devices: int = 8) -> dict:
     Lightning's tests simulate a TPU: no TPU is needed, torch_xla is not imported, nothing of it outlasts the call.
     Two spellings of one configuration give the same dict."""
     if not isinstance(kwargs, dict) or not set(kwargs) <= set(DEVICE_ARGS):
-        raise ValueError(f"kwargs must be a dict of some of {DEVICE_ARGS}, got {kwargs!r}")
+        raise ValueError(say("kwargs must be a dict of some of {device_args}, got {kwargs!r}", device_args=DEVICE_ARGS,
+                             kwargs=kwargs))
     positive_int("tpu_devices", tpu_devices)
     from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
 

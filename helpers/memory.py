@@ -99,13 +99,13 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 def measure_step(model: nn.DataParallel, optimizer: torch.optim.Optimizer, inputs, targets, loss_fn) -> MemoryReport:
     """Run one training step (zero_grad, forward, loss, backward, step) and report memory per device."""
     if not isinstance(model, (EmulatedDataParallel, TimedDataParallel)):
-        raise ValueError("model must come from helpers.dataparallel.make_data_parallel")
+        raise ValueError(say("model must come from helpers.dataparallel.make_data_parallel"))
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        raise ValueError(say("optimizer must be a torch.optim.Optimizer, got {kind}", kind=type(optimizer).__name__))
     if not callable(loss_fn):
-        raise ValueError("loss_fn must be callable")
+        raise ValueError(say("loss_fn must be callable"))
     if len(model.device_ids) < 2 and model.emulated:
-        raise ValueError("model: the ledger needs >= 2 device_ids (on one device DataParallel is a plain call)")
+        raise ValueError(say("model: the ledger needs >= 2 device_ids (on one device DataParallel is a plain call)"))
     if isinstance(model, TimedDataParallel):
         return _measure_cuda(model, optimizer, inputs, targets, loss_fn)
     return _measure_emulated(model, optimizer, inputs, targets, loss_fn)
@@ -176,9 +176,9 @@ def ddp_rank_bytes(ddp_model, optimizer: torch.optim.Optimizer, inputs, targets,
     """Bytes one DDP rank holds in a forward + backward on its own batch (call it on every rank:
     backward all-reduces). On CUDA: {"peak allocated": ...}; on the CPU, a ledger like DataParallel's."""
     if not isinstance(ddp_model, nn.parallel.DistributedDataParallel):
-        raise ValueError(f"ddp_model must be a DistributedDataParallel, got {type(ddp_model).__name__}")
+        raise ValueError(say("ddp_model must be a DistributedDataParallel, got {kind}", kind=type(ddp_model).__name__))
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        raise ValueError(say("optimizer must be a torch.optim.Optimizer, got {kind}", kind=type(optimizer).__name__))
     loss_fn = loss_fn or nn.functional.mse_loss
     module = ddp_model.module
     if inputs.device.type == "cuda":

@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from ._validate import positive_int
+from .language import say
 
 
 class MLP(nn.Sequential):
@@ -32,7 +33,7 @@ class SmallCNN(nn.Module):
         positive_int("width", width)
         positive_int("size", size, minimum=4)
         if size % 4:
-            raise ValueError(f"size must be a multiple of 4 (two 2x2 poolings), got {size}")
+            raise ValueError(say("size must be a multiple of 4 (two 2x2 poolings), got {size}", size=size))
         self.features = nn.Sequential(
             nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),

@@ -24,6 +24,8 @@ import os
 import re
 import time
 
+from .language import say
+
 WAIT_ENV = "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC"
 DUMP_ENV = "TORCH_NCCL_DUMP_ON_TIMEOUT"
 ERROR_HANDLING_ENVS = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")  # the first wins
@@ -52,7 +54,7 @@ def tears_down(environ=None) -> bool:
     if name is None:
         return True
     if environ[name].strip() not in ("0", "1", "2", "3"):
-        raise ValueError(f"{name} must be 0, 1, 2 or 3, got {environ[name]!r}")
+        raise ValueError(say("{name} must be 0, 1, 2 or 3, got {value!r}", name=name, value=environ[name]))
     return int(environ[name]) in (1, 3)
 
 
@@ -74,7 +76,7 @@ def simulated(worker):
     """`worker`, run on a gloo rank as if its group were nccl: a collective's timeout ends the rank the way nccl's
     watchdog ends it (its line on stderr, the dump wait, SIGABRT) instead of raising in Python."""
     if not callable(worker):
-        raise ValueError(f"worker must be callable, got {type(worker).__name__}")
+        raise ValueError(say("worker must be callable, got {kind}", kind=type(worker).__name__))
     return _Simulated(worker)
 
 
@@ -124,7 +126,8 @@ def _major_minor(torch_version: str | None) -> tuple[int, int]:
         torch_version = torch.__version__
     found = re.match(r"(\d+)\.(\d+)", str(torch_version))
     if not found:
-        raise ValueError(f"torch_version must look like '2.9.0', got {torch_version!r}")
+        raise ValueError(say("torch_version must look like '2.9.0', got {torch_version!r}",
+                             torch_version=torch_version))
     return int(found.group(1)), int(found.group(2))
 
 
@@ -133,7 +136,8 @@ def _milliseconds(environ, default: int) -> int:
     if value is None:
         return default
     if not value.strip().isdigit():
-        raise ValueError(f"{WAIT_ENV} must be a whole number of milliseconds, got {value!r}")
+        raise ValueError(say("{wait_env} must be a whole number of milliseconds, got {value!r}", wait_env=WAIT_ENV,
+                             value=value))
     return int(value)
 
 
@@ -146,4 +150,4 @@ def _flag(environ, name: str, default: bool) -> bool:
         return True
     if value.strip().lower() in ("n", "no", "0", "f", "false"):
         return False
-    raise ValueError(f"{name} must be a boolean (1/0, true/false, yes/no), got {value!r}")
+    raise ValueError(say("{name} must be a boolean (1/0, true/false, yes/no), got {value!r}", name=name, value=value))

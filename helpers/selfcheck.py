@@ -37,7 +37,7 @@ def check(notebook: str | os.PathLike | None = None, timeout_s: float = 3600) ->
     """Grade `notebook` (default: this one, as last saved) with the course's grader; print its report. Returns the
     grader's exit status (0: graded)."""
     if notebook is not None and not isinstance(notebook, (str, os.PathLike)):
-        raise ValueError(f"notebook must be a path, got {type(notebook).__name__}")
+        raise ValueError(say("notebook must be a path, got {kind}", kind=type(notebook).__name__))
     root = checkout()
     if root is None:
         print(say("The self-check needs a checkout of the course, with its grader: download this notebook (File > "

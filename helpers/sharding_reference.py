@@ -18,20 +18,22 @@ from torch import nn
 from . import compare, data, models
 from ._validate import one_of, positive_int, positive_number
 from . import refusal
+from .language import say
 
 # ---- the shard a rank holds ------------------------------------------------------------------------------------
 
 
 def _rank(rank, world_size: int) -> int:
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+        raise ValueError(say("rank must be an int in [0, {world_size}), got {rank!r}", world_size=world_size,
+                             rank=rank))
     return rank
 
 
 def _shape(shape) -> tuple:
     if type(shape) not in (tuple, list, torch.Size) or not shape or not all(
             type(s) is int and s >= 0 for s in shape):
-        raise ValueError(f"shape must be a non-empty tuple of ints >= 0, got {shape!r}")
+        raise ValueError(say("shape must be a non-empty tuple of ints >= 0, got {shape!r}", shape=shape))
     return tuple(shape)
 
 
@@ -60,7 +62,8 @@ def _rows(rows: int, world_size: int, rank: int) -> tuple[int, int]:
 def shard_rows(tensor: torch.Tensor, world_size: int, rank: int) -> torch.Tensor:
     """Rank `rank`'s rows of `tensor` (dim 0), as `local_shape` cuts them."""
     if type(tensor) is not torch.Tensor or tensor.dim() == 0:
-        raise ValueError(f"tensor must be a torch.Tensor with at least one dimension, got {type(tensor).__name__}")
+        raise ValueError(say("tensor must be a torch.Tensor with at least one dimension, got {kind}",
+                             kind=type(tensor).__name__))
     positive_int("world_size", world_size)
     _rank(rank, world_size)
     rows, offset = _rows(tensor.shape[0], world_size, rank)
@@ -78,7 +81,7 @@ def shard_state(state: dict, world_size: int) -> list:
 def reshard(shards: list, new_world_size: int) -> list:
     """The shards of N ranks (one dict of dim-0 shards each) as `new_world_size` ranks hold them."""
     if type(shards) is not list or not shards or not all(isinstance(s, dict) for s in shards):
-        raise ValueError("shards must be a non-empty list of dicts, one per rank")
+        raise ValueError(say("shards must be a non-empty list of dicts, one per rank"))
     full = OrderedDict((k, torch.cat([s[k] for s in shards])) for k in shards[0])
     return shard_state(full, new_world_size)
 
@@ -99,7 +102,7 @@ def zero_bytes(n_parameters: int, world_size: int, stage: int, *, param_bytes: i
     positive_int("world_size", world_size)
     one_of("stage", stage, {0, 1, 2, 3})
     if type(stage) is not int:
-        raise ValueError(f"stage must be an int, got {stage!r}")
+        raise ValueError(say("stage must be an int, got {stage!r}", stage=stage))
     split = [1, 1, 1]  # param, grad, state: 1 = replicated, world_size = sharded
     for i in range(stage):
         split[2 - i] = world_size
@@ -152,7 +155,7 @@ class ShardConfig:
         """(x, y) of step `step`: rank `rank`'s part, or the whole global batch when rank is None."""
         positive_int("world_size", world_size)
         if type(step) is not int or not 0 <= step < self.steps:
-            raise ValueError(f"step must be an int in [0, {self.steps}), got {step!r}")
+            raise ValueError(say("step must be an int in [0, {steps}), got {step!r}", steps=self.steps, step=step))
         per_step = self.batch_size * world_size
         x, y = data.regression(self.steps * per_step, self.in_features, self.out_features, seed=self.seed + 1)[
             step * per_step:(step + 1) * per_step]

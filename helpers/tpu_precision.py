@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import os
 
+from .language import say
+
 ENV = "COURSE_XLA_CPU_MATMULS"
 SETTINGS = ("exact", "tpu")
 
@@ -24,7 +26,8 @@ def setting(environ=None) -> str:
     """How XLA:CPU multiplies fp32 matrices in the XLA processes: "exact" (XLA:CPU's own) or "tpu" (simulated)."""
     value = (os.environ if environ is None else environ).get(ENV, "exact")
     if value not in SETTINGS:
-        raise ValueError(f"{ENV} must be one of {', '.join(SETTINGS)}, got {value!r}")
+        raise ValueError(say("{env} must be one of {settings}, got {value!r}", env=ENV, settings=', '.join(SETTINGS),
+                             value=value))
     return value
 
 

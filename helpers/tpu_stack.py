@@ -102,7 +102,7 @@ def release(version: str) -> tuple[int, int, int]:
     "3.12" -> (3, 12, 0)."""
     match = re.match(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(version).strip())
     if not match:
-        raise ValueError(f"version must look like 2.11.0, got {version!r}")
+        raise ValueError(say("version must look like 2.11.0, got {version!r}", version=version))
     return tuple(int(part or 0) for part in match.groups())
 
 
@@ -244,4 +244,5 @@ def _largest_gap(a: list[float], b: list[float]) -> float:
 def _batch_sizes(batch_sizes) -> None:
     if not isinstance(batch_sizes, (list, tuple)) or not batch_sizes or not all(
             isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in batch_sizes):
-        raise ValueError(f"batch_sizes must be a non-empty list of positive ints, got {batch_sizes!r}")
+        raise ValueError(say("batch_sizes must be a non-empty list of positive ints, got {batch_sizes!r}",
+                             batch_sizes=batch_sizes))

@@ -46,10 +46,10 @@ def train(model: nn.Module, loader, optimizer, loss_fn, epochs: int = 1, progres
     """Train and return the loss of every step."""
     positive_int("epochs", epochs)
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ValueError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        raise ValueError(say("optimizer must be a torch.optim.Optimizer, got {kind}", kind=type(optimizer).__name__))
     low_precision_dtype("autocast_dtype", autocast_dtype)
     if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
-        raise ValueError(f"scaler must be a torch.amp.GradScaler, got {type(scaler).__name__}")
+        raise ValueError(say("scaler must be a torch.amp.GradScaler, got {kind}", kind=type(scaler).__name__))
     device = primary_device(model)
     losses: list[float] = []
     model.train()

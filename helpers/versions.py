@@ -71,7 +71,7 @@ def minor(version: str) -> tuple[int, int]:
     try:
         return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or "x")
     except (IndexError, ValueError):
-        raise ValueError(f"not a version: {version!r}") from None
+        raise ValueError(say("not a version: {version!r}", version=version)) from None
 
 
 def _name(pair: tuple[int, int]) -> str:

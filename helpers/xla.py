@@ -175,8 +175,8 @@ def count_compiles_each(experiments) -> list[dict]:
     experiment gets a feature size of its own (8, 9, 10, ...) and finds none of the others' graphs."""
     if not isinstance(experiments, (list, tuple)) or not all(
             isinstance(e, dict) and "features" not in e for e in experiments):
-        raise ValueError(f"experiments must be a list of dicts of count_compiles' arguments, without features; "
-                         f"got {experiments!r}")
+        raise ValueError(say("experiments must be a list of dicts of count_compiles' arguments, without features; got "
+                             "{experiments!r}", experiments=experiments))
     return [count_compiles(**experiment, features=8 + i) for i, experiment in enumerate(experiments)]
 
 
@@ -346,9 +346,10 @@ def shardings(meshes, shard=None) -> list[str]:
     if not isinstance(meshes, (list, tuple)) or not meshes or not all(
             isinstance(m, (list, tuple)) and len(m) == 2 and len(m[0]) == len(m[1])
             and all(isinstance(d, int) and d > 0 for d in m[0]) and all(isinstance(a, str) for a in m[1]) for m in meshes):
-        raise ValueError(f"meshes must be a non-empty list of (shape, axis_names) of equal lengths, got {meshes!r}")
+        raise ValueError(say("meshes must be a non-empty list of (shape, axis_names) of equal lengths, got {meshes!r}",
+                             meshes=meshes))
     if shard is not None and not callable(shard):
-        raise ValueError(f"shard must be callable or None, got {type(shard).__name__}")
+        raise ValueError(say("shard must be callable or None, got {kind}", kind=type(shard).__name__))
     import numpy as np
     import torch
     import torch_xla
