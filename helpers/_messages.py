@@ -439,8 +439,12 @@ CATALOGS = {
             'stage bir int olmalıdır, gelen: {stage!r}',
         'step must be an int in [0, {steps}), got {step!r}':
             'step [0, {steps}) aralığında bir int olmalıdır, gelen: {step!r}',
+        'my_fsdp_worker returned a {kind}, not the model':
+            'my_fsdp_worker modeli değil, bir {kind} döndürdü',
         '{env} must be one of {settings}, got {value!r}':
             '{env} şunlardan biri olmalıdır: {settings}, gelen: {value!r}',
+        'TPU device files {files}':
+            'TPU aygıt dosyaları {files}',
         'version must look like 2.11.0, got {version!r}':
             'version 2.11.0 biçiminde olmalıdır, gelen: {version!r}',
         'TorchTPU needs Python{needs}, and this runtime has Python {python}: TorchTPU cannot run here.':

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import launch
 from ._saved import saved_bytes
+from .language import say
 from .sharding_reference import ShardConfig, flat_shard
 
 MODES = ("ddp", "zero1", "fsdp")
@@ -180,7 +181,8 @@ def fsdp_observed_worker(rank: int, world_size: int, my_fsdp_worker, cfg: ShardC
     full weights gathered from every rank's shards."""
     model = my_fsdp_worker(rank, world_size, cfg)
     if not isinstance(model, torch.nn.Module):
-        return {"rank": rank, "problem": f"my_fsdp_worker returned a {type(model).__name__}, not the model"}
+        return {"rank": rank,
+                "problem": say("my_fsdp_worker returned a {kind}, not the model", kind=type(model).__name__)}
     units = [name for name, m in model.named_modules() if isinstance(m, FSDPModule)]
     params = dict(model.named_parameters())
     kinds = {n: type(p).__name__ for n, p in params.items()}

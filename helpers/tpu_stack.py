@@ -59,7 +59,7 @@ def tpu_found() -> str | None:
     if chips is not None:
         return str(chips)
     files = tpu_device_files()
-    return f"TPU device files {', '.join(files)}" if files else None
+    return say("TPU device files {files}", files=", ".join(files)) if files else None
 
 
 def installed(distribution: str) -> str | None:
