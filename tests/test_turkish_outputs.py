@@ -55,7 +55,9 @@ def test_a_kernel_speaks_the_language_its_setup_cell_names(monkeypatch):
     assert "parametreler" in report.table() and "öykünülmüş" in report.table()
     assert dataparallel.pieces_problem([x[:2], x[:2]], x, 2) != twice
     assert "bir kez" in dataparallel.pieces_problem([x[:2], x[:2]], x, 2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^device_ids negatif olmayan int'lerden .*, gelen: \[-1\]$"):
+        dataparallel.make_data_parallel(torch.nn.Linear(1, 1), device_ids=[-1])  # an argument's error, in Turkish
+    with pytest.raises(ValueError, match="^helpers'ın 'xx' için kataloğu yok"):
         language.use("xx")
 
 
