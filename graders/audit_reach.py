@@ -114,7 +114,6 @@ def environment_keys(node) -> bool:
     return any(key is None or key.upper().startswith(STARTING) for key in keys)
 
 
-
 def _literal(node) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 

@@ -11,14 +11,14 @@ CATALOGS = {
             '{name} şunlardan biri olmalıdır: {choices}, gelen: {value!r}',
         '{name} must be a positive number, got {value!r}':
             '{name} pozitif bir sayı olmalıdır, gelen: {value!r}',
+        '{name} must be callable, got {kind}':
+            '{name} çağrılabilir olmalıdır, gelen: {kind}',
         '{name} must be True or False, got {value!r}':
             '{name} True ya da False olmalıdır, gelen: {value!r}',
         '{name} must be a dict of str to str, got {value!r}':
             "{name} str'den str'ye bir dict olmalıdır, gelen: {value!r}",
         '{name} must be {none}torch.float16 or torch.bfloat16, got {value}':
             '{name} {none}torch.float16 ya da torch.bfloat16 olmalıdır, gelen: {value}',
-        'fn must be callable, got {kind}':
-            'fn çağrılabilir olmalıdır, gelen: {kind}',
         'args must be a tuple, got {kind}':
             'args bir tuple olmalıdır, gelen: {kind}',
         'n_samples must be a multiple of batch_size x num_processes for an exact reference':
@@ -101,8 +101,6 @@ CATALOGS = {
             "device_ids negatif olmayan int'lerden oluşan boş olmayan bir liste olmalıdır, gelen: {device_ids!r}",
         'device_ids must not repeat a device, got {ids}':
             'device_ids bir cihazı tekrarlamamalıdır, gelen: {ids}',
-        'make_loader must be callable, got {kind}':
-            'mean_loss bir float olmalıdır, gelen: {kind}',
         'record must be what loader_batches returns for {world_size} ranks':
             "record, loader_batches'in {world_size} rank için döndürdüğü şey olmalıdır",
         'rank {rank}: make_loader returned a {loader}, not a DataLoader':
@@ -197,8 +195,6 @@ CATALOGS = {
             'path bir str ya da os.PathLike olmalıdır, gelen: {kind}',
         'slow_s must be a number >= 0, got {slow_s!r}':
             'slow_s >= 0 bir sayı olmalıdır, gelen: {slow_s!r}',
-        'worker must be callable, got {kind}':
-            'worker çağrılabilir olmalıdır, gelen: {kind}',
         'server must be a ForkServer or None, got {kind}':
             'server bir ForkServer ya da None olmalıdır, gelen: {kind}',
         'stopped before it started: another job failed or the run was interrupted':
@@ -227,8 +223,6 @@ CATALOGS = {
             'toplanan sonuçlar {size} bayt tutuyor, {max_bytes} bayttan fazla',
         'seed must be a non-negative int, got {seed!r}':
             'seed negatif olmayan bir int olmalıdır, gelen: {seed!r}',
-        'compute must be callable, got {kind}':
-            'compute çağrılabilir olmalıdır, gelen: {kind}',
         'yes':
             'var',
         'no':

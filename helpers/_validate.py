@@ -25,6 +25,12 @@ def positive_number(name: str, value) -> float:
     return value
 
 
+def function(name: str, value):
+    if not callable(value):
+        raise ValueError(say("{name} must be callable, got {kind}", name=name, kind=type(value).__name__))
+    return value
+
+
 def boolean(name: str, value) -> bool:
     if value not in (True, False):
         raise ValueError(say("{name} must be True or False, got {value!r}", name=name, value=value))

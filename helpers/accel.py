@@ -21,7 +21,7 @@ from accelerate.utils.environment import str_to_bool  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from . import data, ddp, fresh as _fresh, launch as _launch  # noqa: E402
-from ._validate import positive_int, positive_number, str_dict  # noqa: E402
+from ._validate import function, positive_int, positive_number, str_dict  # noqa: E402
 from .language import say  # noqa: E402
 from . import refusal  # noqa: E402
 
@@ -50,8 +50,7 @@ def launch(fn, num_processes: int = 2, args: tuple = (), timeout_s: float = 300.
     puts two processes on one GPU where there is one.
     """
     __tracebackhide__ = True  # a notebook shows a failed process's traceback from the cell straight to `fn`'s code
-    if not callable(fn):
-        raise ValueError(say("fn must be callable, got {kind}", kind=type(fn).__name__))
+    function("fn", fn)
     if not isinstance(args, tuple):
         raise ValueError(say("args must be a tuple, got {kind}", kind=type(args).__name__))
     env = {**launch_env(num_processes), **str_dict("env", env)}

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from . import checkpoints, compare, data
-from ._validate import positive_int
+from ._validate import function, positive_int
 from .ddp_reference import TrainConfig, large_batch_reference, reference_train, same_state
 from .language import say
 
@@ -37,8 +37,7 @@ def loader_batches(make_loader, n_samples: int, world_size: int, batch_size: int
     length, [the sample numbers in it]], ...], "not_tensor": None, or the type's name of the first batch that
     does not hold the dataset's tensors}. The record ends at the first rank whose loader is no DataLoader or
     yields such a batch."""
-    if not callable(make_loader):
-        raise ValueError(say("make_loader must be callable, got {kind}", kind=type(make_loader).__name__))
+    function("make_loader", make_loader)
     positive_int("n_samples", n_samples)
     positive_int("world_size", world_size)
     positive_int("batch_size", batch_size)

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
 from . import checkpoints, data, launch, models
-from ._validate import positive_int
+from ._validate import function, positive_int
 from .ddp_reference import TrainConfig
 from .language import say
 
@@ -319,7 +319,6 @@ def share_worker(rank: int, world_size: int, worker, cfg: TrainConfig) -> dict:
     returned}. The launcher destroys a group left alive once the worker has returned: only here can a worker that
     never leaves it be seen. (The worker gets no data_seed; reaching for this frame's `cfg` is reaching into the
     interpreter's frames, which graders/audit.py flags.)"""
-    if not callable(worker):
-        raise ValueError(say("worker must be callable, got {kind}", kind=type(worker).__name__))
+    function("worker", worker)
     result = worker(rank, world_size, rank_share(cfg, world_size, rank))
     return {"result": result, "left_group": not dist.is_initialized()}

@@ -46,7 +46,7 @@ from typing import NoReturn
 import cloudpickle
 
 from . import refusal
-from ._validate import boolean, positive_int, positive_number, str_dict
+from ._validate import boolean, function, positive_int, positive_number, str_dict
 from .language import say
 
 SERVER_START_CPU_S = 300  # CPU-seconds a server's imports may take (torch_xla's: about 5)
@@ -143,8 +143,7 @@ class _Children:
 def _run(fn, args, kwargs, env, timeout_s: float, children: _Children, server: ForkServer | None = None,
          apart: bool = False):
     __tracebackhide__ = True
-    if not callable(fn):
-        raise ValueError(say("fn must be callable, got {kind}", kind=type(fn).__name__))
+    function("fn", fn)
     positive_number("timeout_s", timeout_s)
     env = str_dict("env", env)
     with tempfile.TemporaryDirectory() as folder:

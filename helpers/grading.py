@@ -315,7 +315,7 @@ def reference(key: str, compute):
 
     _name("key", key)
     if not callable(compute):
-        raise ValueError(say("compute must be callable, got {kind}", kind=_type(compute).__name__))
+        raise ValueError(say("{name} must be callable, got {kind}", name="compute", kind=_type(compute).__name__))
     folder = os.environ.get("GRADER_JUDGE_MEMO")
     if not folder:
         return decode(encode(_computed(key, compute)))
@@ -336,7 +336,7 @@ def reference(key: str, compute):
 def outcome(fn, *args, **kwargs):
     """("returned", value) or ("raised", the exception's class name): for tests of what a function raises."""
     if not callable(fn):
-        raise ValueError(say("fn must be callable, got {kind}", kind=_type(fn).__name__))
+        raise ValueError(say("{name} must be callable, got {kind}", name="fn", kind=_type(fn).__name__))
     try:
         return ("returned", fn(*args, **kwargs))
     except Exception as error:  # noqa: BLE001 - which exception it was is the result

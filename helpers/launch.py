@@ -49,7 +49,7 @@ import torch
 import torch.distributed as dist
 
 from . import nccl_watchdog, refusal, windows
-from ._validate import positive_int, positive_number, str_dict
+from ._validate import function, positive_int, positive_number, str_dict
 from .fresh import child_error, raise_at, start_in_background
 from .hardware import threads_per_rank
 from .language import message, say
@@ -192,8 +192,7 @@ def launch(worker, n_procs: int = 2, args: tuple = (), *, backend: str | None = 
     `env`: extra environment variables, set in every rank before the worker is unpickled (so they
     are in place before the worker's modules are imported)."""
     __tracebackhide__ = True  # a notebook shows a failed rank's traceback from the cell straight to the worker's code
-    if not callable(worker):
-        raise ValueError(say("worker must be callable, got {kind}", kind=type(worker).__name__))
+    function("worker", worker)
     if not isinstance(args, tuple):
         raise ValueError(say("args must be a tuple, got {kind}", kind=type(args).__name__))
     env = nccl_watchdog.rank_environment(str_dict("env", env))

@@ -24,6 +24,7 @@ import os
 import re
 import time
 
+from ._validate import function
 from .language import say
 
 WAIT_ENV = "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC"
@@ -75,8 +76,7 @@ def timeout_line(rank: int, timeout_ms: int) -> str:
 def simulated(worker):
     """`worker`, run on a gloo rank as if its group were nccl: a collective's timeout ends the rank the way nccl's
     watchdog ends it (its line on stderr, the dump wait, SIGABRT) instead of raising in Python."""
-    if not callable(worker):
-        raise ValueError(say("worker must be callable, got {kind}", kind=type(worker).__name__))
+    function("worker", worker)
     return _Simulated(worker)
 
 
