@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 
-from graders import limits
+from graders import cell_groups, limits
 
 CELL_POLL_S = 1.0  # how often a running cell's job's CPU time is read
 # The backstop: WALL_FACTOR times the CPU limit, and at least WALL_MARGIN_S more than it, so that a busy loop with a
@@ -70,9 +70,17 @@ class CellTimeLimit:
         timeout = super()._get_timeout(cell)
         return CELL_POLL_S if cell is not None and timeout else timeout
 
-    def start_cell_clock(self) -> None:
-        """Before each cell: its limit counts from here."""
+    def preprocess(self, nb, resources=None, km=None):
+        self.cell_groups = cell_groups.CellGroups()  # one run, one kernel
+        try:
+            return super().preprocess(nb, resources, km)
+        finally:
+            self.cell_groups.close()
+
+    def start_cell_clock(self, index: int) -> None:
+        """Before cell `index`: its limit counts from here, and what it starts is born in its own group."""
         self.cell_over_limit = False
+        self.cell_groups.start(index)
         self._cell_started = (time.monotonic(), self._job_cpu_seconds())
 
     def _job_cpu_seconds(self) -> float | None:
@@ -90,6 +98,10 @@ class CellTimeLimit:
         cpu = self._job_cpu_seconds()
         counted = cpu is not None and cpu_at_start is not None
         used = cpu - cpu_at_start if counted else waited  # nothing counts CPU time here: wall-clock time, as before
+        if counted and used >= limit and not getattr(self, "cell_over_limit", False):
+            culprit = self.cell_groups.culprit_by_cpu(limit)
+            if culprit != self.cell_groups.running:  # an earlier cell's processes used the time, not this cell
+                raise cell_groups.LeftBehind(culprit)
         if getattr(self, "cell_over_limit", False) or used >= limit:
             self.cell_over_limit = True
             reply = await super()._async_handle_timeout(int(limit), cell)  # interrupts the kernel

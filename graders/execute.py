@@ -32,7 +32,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Integer
 
-from graders import cell_limit, demonstrations, judge, limits
+from graders import cell_groups, cell_limit, demonstrations, judge, limits
 from helpers import grading
 
 SKIPPED = "KernelDied"
@@ -50,10 +50,6 @@ STDERR_NOTE = "[written on stderr; warnings do not change the grade]\n"
 
 def skipped_cells() -> set[int]:
     return {int(i) for i in os.environ.get("GRADER_SKIP_CELLS", "").split(",") if i.strip()}
-
-
-class ProcessLimitReached(RuntimeError):
-    """The cell used up its job's processes (graders/limits.py): the job was stopped, the cell is skipped."""
 
 
 class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
@@ -145,12 +141,10 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
         if HIDDEN_PART in cell.metadata and judge.shows_error(self.nb.cells[index - 1]):
             cell.outputs = []  # the visible tests failed: the rest of the cell does not run, as in one cell
             return cell, resources
-        progress = os.environ.get("GRADER_PROGRESS_FILE")
-        if progress and cell.cell_type == "code":
-            with open(progress, "w") as f:
-                f.write(str(index))
-        watch = limits.ProcessLimitWatch()
-        self.start_cell_clock()  # its time limit: graders/cell_limit.py
+        if cell.cell_type == "code":
+            cell_groups.write_progress(index)
+        watch = limits.ProcessLimitWatch(blame=self.cell_groups.culprit_by_processes)
+        self.start_cell_clock(index)  # its time limit, and a group for its processes: graders/cell_limit.py
         try:
             with watch:
                 if inserted:  # the grader's own cells stay out of the kernel's history
@@ -162,15 +156,15 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
             if isinstance(error, CellTimeoutError) and not (watch.fired or self.cell_over_limit):
                 # its reply came, but not all its outputs within iopub_timeout: the machine's speed, not the cell
                 error = cell_limit.CellTooSlow(f"the cell's outputs did not all arrive within {self.iopub_timeout} s")
-            record_failure(ProcessLimitReached.__name__ if watch.fired else type(error).__name__)
-            if isinstance(error, cell_limit.CellTooSlow):
+            stop = error if isinstance(error, cell_limit.CellTooSlow) else cell_groups.stopped(index, watch, error)
+            record_failure(type(stop).__name__)
+            if stop is error:
                 raise error
-            if watch.fired:
-                raise ProcessLimitReached(limits.PROCESS_LIMIT) from error
-            raise
+            raise stop from error
         if watch.fired:
-            record_failure(ProcessLimitReached.__name__)
-            raise ProcessLimitReached(limits.PROCESS_LIMIT)
+            stop = cell_groups.stopped(index, watch, None)
+            record_failure(type(stop).__name__)
+            raise stop
         meta = cell.metadata.get("nbgrader", {})
         if self.cell_over_limit and meta.get("solution") and not meta.get("grade"):
             resources.setdefault(OVER_LIMIT, set()).add(meta.get("grade_id"))

@@ -38,7 +38,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Bool, Unicode
 
-from graders import audit, cell_limit, demonstrations, execute, judge, limits
+from graders import audit, cell_groups, cell_limit, demonstrations, execute, judge, limits
 from helpers import grading
 
 PART = "grader_hidden_run"  # a run's cell: which part of the program it is, and whose
@@ -69,8 +69,7 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
     def preprocess(self, nb, resources=None, km=None):
         resources = resources if resources is not None else {}
         solution = self._solution = judge.read_notebook(self.solution or _solution_path(self.config, resources))
-        published = take_collections(nb)
-        seed = secrets.randbelow(2**62)
+        published, seed = take_collections(nb), secrets.randbelow(2**62)
         self._left_out, self._kept_bytes = skipped_answers(nb) | set(resources.get(execute.OVER_LIMIT, ())), 0
         by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells if c.cell_type == "code"}
         sources = {g: s for g, s in judged_sources(solution).items() if by_id.get(g) is not None
@@ -110,7 +109,7 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
     def _execute(self, run, resources) -> tuple[str | None, str | None]:
         """Run `run` in a fresh kernel: (how it failed, the exercise whose answer killed it), or (None, None)."""
         self._running, self._over = None, set()
-        watch = limits.ProcessLimitWatch()
+        watch = limits.ProcessLimitWatch(blame=lambda: self.cell_groups.culprit_by_processes())
         try:
             with watch:
                 super().preprocess(run, {"metadata": {"path": resources.get("metadata", {}).get("path", "")}})
@@ -121,14 +120,16 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
             if self._running is None:  # no kernel to run a cell in: the grader's failure, not the submission's
                 execute.record_failure(type(error).__name__)
                 raise
-            return ("it used up its processes" if watch.fired else "the kernel died or hung"), self._culprit(run)
-        if watch.fired:
-            return "it used up its processes", self._culprit(run)
-        return None, None
+            left = isinstance(error, cell_groups.LeftBehind)
+            return ("it used up its processes" if watch.fired or left else "the kernel died or hung"), \
+                self._culprit(run, error.cell if left else watch.culprit if watch.fired else None)
+        return ("it used up its processes", self._culprit(run, watch.culprit)) if watch.fired else (None, None)
 
-    def _culprit(self, run) -> str | None:
-        """The exercise whose answer was running when the run's kernel died (its cell, or its function in a collect)."""
-        part = run.cells[self._running].metadata.get(PART, {}) if self._running is not None else {}
+    def _culprit(self, run, index: int | None) -> str | None:
+        """The exercise whose answer killed the run's kernel, in its cell or its function in a collect cell: the running
+        cell's, or cell `index`'s, whose processes used up the job's (graders/cell_groups.py)."""
+        index = self._running if index is None else index
+        part = {} if index is None else run.cells[index].metadata.get(PART, {})
         if part.get("kind") == "collect":
             return _answer_of(part["grade_id"], self._solution)
         return part.get("grade_id") if part.get("kind") == "answer" else None
@@ -138,14 +139,13 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
         progress = os.environ.get("GRADER_PROGRESS_FILE")
         if progress and os.path.exists(progress):
             os.utime(progress)  # the pipeline's watchdog sees a grading that goes on
-        self.start_cell_clock()
+        self.start_cell_clock(index)
         self._check_assign_resources(resources)  # nbconvert's preprocess_cell, but out of the kernel's history
         cell, resources = self.execute_cell(cell, index, store_history=False), self.resources
         part = cell.metadata.get(PART, {})
         if self.cell_over_limit and part.get("kind") == "answer":
             self._left_out.add(part["grade_id"])  # it hung this run: the later runs go without it
-        if self.cell_over_limit:
-            self._over.add(index)
+        self._over |= {index} if self.cell_over_limit else set()
         return cell, resources
 
     def output(self, outs, msg, display_id, cell_index):

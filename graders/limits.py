@@ -50,7 +50,7 @@ def _v2_root() -> str | None:
     return None
 
 
-def _write(path: str, value: str) -> None:
+def write(path: str, value: str) -> None:
     with open(path, "w") as f:
         f.write(value)
 
@@ -76,12 +76,12 @@ class JobGroups:
     def _create_v2(self, root: str) -> None:
         path = os.path.join(root, self.name)
         try:
-            _write(os.path.join(root, "cgroup.subtree_control"), " ".join(f"+{c}" for c in CONTROLLERS))
+            write(os.path.join(root, "cgroup.subtree_control"), " ".join(f"+{c}" for c in CONTROLLERS))
             os.makedirs(path, exist_ok=True)
-            _write(os.path.join(path, "cpu.weight"), "100")
-            _write(os.path.join(path, "memory.max"), str(self.memory_bytes))
-            _write(os.path.join(path, "memory.swap.max"), "0") if os.path.exists(os.path.join(path, "memory.swap.max")) else None
-            _write(os.path.join(path, "pids.max"), str(self.max_processes))
+            write(os.path.join(path, "cpu.weight"), "100")
+            write(os.path.join(path, "memory.max"), str(self.memory_bytes))
+            write(os.path.join(path, "memory.swap.max"), "0") if os.path.exists(os.path.join(path, "memory.swap.max")) else None
+            write(os.path.join(path, "pids.max"), str(self.max_processes))
         except OSError as error:
             self.unbounded.append(f"CPU share, memory and processes (cgroup v2 at {root}: {error.strerror})")
             return
@@ -102,7 +102,7 @@ class JobGroups:
             try:
                 os.makedirs(path, exist_ok=True)
                 for name, value in files.items():
-                    _write(os.path.join(path, name), value)
+                    write(os.path.join(path, name), value)
             except OSError as error:
                 self.unbounded.append(f"{what} (cgroup v1 {controller}: {error.strerror})")
                 continue
@@ -137,23 +137,24 @@ class JobGroups:
         return {"GRADER_CGROUPS": os.pathsep.join(self.paths)} if self.paths else {}
 
     def remove(self) -> None:
-        """Kill what is left in the groups (a submission's orphans) and remove them."""
+        """Kill what is left in the groups (a submission's orphans) and remove them, the cells' groups first."""
         kill_all(self.paths)
         for path in self.paths:
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
+            for folder, _, _ in sorted(os.walk(path), key=lambda entry: -len(entry[0])):
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    pass
 
 
 def kill_all(paths: list[str]) -> None:
     """SIGKILL every process in the groups, round after round: a process can fork while the others die."""
     for path in paths:
         for _ in range(50):
-            pids = _pids(path)
-            if not pids:
+            pids_left = pids(path)
+            if not pids_left:
                 break
-            for pid in pids:
+            for pid in pids_left:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
@@ -161,12 +162,34 @@ def kill_all(paths: list[str]) -> None:
             time.sleep(0.1)
 
 
-def _pids(path: str) -> list[int]:
+def pids(path: str) -> list[int]:
+    """The processes in the group at `path` and in the groups below it (graders/cell_groups.py: one per cell)."""
+    found = []
+    for folder, _, _ in os.walk(path):
+        try:
+            with open(os.path.join(folder, "cgroup.procs")) as f:
+                found += [int(line) for line in f if line.strip()]
+        except OSError:
+            continue
+    return found
+
+
+def empty(paths: list[str], wait_s: float = 10.0) -> None:
+    """Kill every process of the job's groups and wait (up to `wait_s`) until none counts against the job: a new
+    try of a submission starts with all of its job's processes free, whatever the last try left dying."""
+    kill_all(paths)
+    deadline = time.monotonic() + wait_s
+    for path in paths:
+        while time.monotonic() < deadline and (pids(path) or _read_int(os.path.join(path, "pids.current"))):
+            time.sleep(0.05)
+
+
+def _read_int(path: str) -> int:
     try:
-        with open(os.path.join(path, "cgroup.procs")) as f:
-            return [int(line) for line in f if line.strip()]
-    except OSError:
-        return []
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
 
 
 def cpu_seconds(paths: list[str]) -> float | None:
@@ -188,9 +211,9 @@ def cpu_seconds(paths: list[str]) -> float | None:
     return None
 
 
-def job_paths() -> list[str]:
-    """This job's groups, from the environment the pipeline gives the job (GRADER_CGROUPS)."""
-    return [p for p in os.environ.get("GRADER_CGROUPS", "").split(os.pathsep) if p]
+def job_paths(environ=None) -> list[str]:
+    """This job's groups, from the environment the pipeline gives the job (GRADER_CGROUPS; `environ`, or this one's)."""
+    return [p for p in (os.environ if environ is None else environ).get("GRADER_CGROUPS", "").split(os.pathsep) if p]
 
 
 def process_limit_hits(paths: list[str]) -> int:
@@ -209,6 +232,10 @@ def process_limit_hits(paths: list[str]) -> int:
 PROCESS_LIMIT = "the cell used up its job's processes"
 
 
+class ProcessLimitReached(RuntimeError):
+    """The cell used up its job's processes: the job was stopped, the cell is skipped (graders/worker.py)."""
+
+
 class ProcessLimitWatch:
     """While a cell runs, stop the job as soon as it reaches its process limit: a fork bomb's copies fill the
     limit in a moment and then spin on failing forks, and the kernel can no longer start a thread. Waiting for
@@ -219,9 +246,11 @@ class ProcessLimitWatch:
 
     POLL_S = 0.2
 
-    def __init__(self, paths: list[str] | None = None):
+    def __init__(self, paths: list[str] | None = None, blame=None):
+        """`blame`: a function that names the cell whose processes these are (graders/cell_groups.py), asked once,
+        before they are killed; its answer is `culprit`."""
         self.paths = [p for p in (job_paths() if paths is None else paths) if os.path.exists(os.path.join(p, "pids.events"))]
-        self.fired = False
+        self.fired, self.culprit, self._blame = False, None, blame
         self._done = threading.Event()
 
     def __enter__(self) -> "ProcessLimitWatch":
@@ -238,6 +267,7 @@ class ProcessLimitWatch:
 
     def _check(self) -> bool:
         if not self.fired and process_limit_hits(self.paths) > self._start:
+            self.culprit = self._blame() if self._blame else None
             self.fired = True
             kill_all(self.paths)
         return self.fired
@@ -253,7 +283,7 @@ def join(pid: int | None = None, paths: list[str] | None = None) -> None:
     """Move this process (the kernel launcher, before it starts the jail; the warm kernel server's child, before it
     forks the kernel) into the job's groups (`paths`, or this job's environment's)."""
     for path in job_paths() if paths is None else paths:
-        _write(os.path.join(path, "cgroup.procs"), str(pid or os.getpid()))
+        write(os.path.join(path, "cgroup.procs"), str(pid or os.getpid()))
 
 
 def default_memory_bytes(jobs: int) -> int:

@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from graders import cell_limit, demonstrations, forkserver, limits, sandbox
+from graders import cell_groups, cell_limit, demonstrations, forkserver, limits, sandbox
 from graders.course import REPO, course_digest
 from graders.runs import STALLED, nbgrader
 from graders.slots import Slots, shared_machine_environ
@@ -97,6 +97,7 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
             left = deadline - time.monotonic()
             if left <= 0:
                 return Outcome("not graded: " + TIMED_OUT)
+            limits.empty(limits.job_paths(job_env))  # whatever the last try left dying counts against no one
             Path(progress.name).touch()  # the watchdog counts from now
             Path(failure).unlink(missing_ok=True)
             proc = nbgrader(course, "autograde", lesson, f"--student={student}", "--create", "--force",
@@ -107,7 +108,7 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
                 break
             why = reason(proc, failure)
             cell = _read_int(progress.name)
-            skippable = why in (KERNEL_DIED, KERNEL_HUNG, limits.PROCESS_LIMIT) and cell is not None
+            skippable = why in (KERNEL_DIED, KERNEL_HUNG, limits.PROCESS_LIMIT, cell_groups.LEFT_BEHIND) and cell is not None
             if not skippable or cell in skipped or len(skipped) >= MAX_CRASHES:
                 return Outcome("not graded: " + why + (f" (cell {cell})" if why == TOO_SLOW and cell is not None else ""),
                                log=proc.stderr[-LOG_CHARS:])
@@ -176,7 +177,7 @@ def _read_int(path: str) -> int | None:
 # the status it gives the submission. Only the grader's own observations decide a status: a kernel can write
 # anything on its stderr, which nbgrader's output carries.
 FAILURES = {"DeadKernelError": KERNEL_DIED, "CellTimeoutError": KERNEL_HUNG, "ProcessLimitReached": limits.PROCESS_LIMIT,
-            "CellTooSlow": TOO_SLOW}  # (graders/cell_limit.py: no verdict, not even on that cell)
+            "LeftBehind": cell_groups.LEFT_BEHIND, "CellTooSlow": TOO_SLOW}  # (graders/cell_limit.py: no verdict, not even on that cell)
 
 
 def reason(proc, failure_file: str | None = None) -> str:

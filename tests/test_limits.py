@@ -1,6 +1,7 @@
 """Each grading job's cgroups: created with the bounds, joined by the kernel launcher, emptied and removed;
 where cgroups are missing, the grader says what it cannot bound."""
 
+import json
 import os
 import subprocess
 import sys
@@ -90,7 +91,7 @@ def test_a_fork_bomb_is_stopped_when_it_reaches_its_jobs_process_limit(job_of):
         assert watch.fired, "the watch should see the job at its process limit"
         assert bomb.wait(timeout=10) == -9, "the bomb is killed"
         assert time.monotonic() - start < 20
-    assert all(not limits._pids(p) for p in job.paths), "nothing of the job is left"
+    assert all(not limits.pids(p) for p in job.paths), "nothing of the job is left"
 
 
 def test_a_job_below_its_process_limit_is_left_alone(job_of):
@@ -107,3 +108,71 @@ def test_the_watch_needs_no_cgroups():
     with limits.ProcessLimitWatch([]) as watch:
         pass
     assert not watch.fired and limits.process_limit_hits(["/nonexistent"]) == 0
+
+
+# A stand-in for the grading kernel: it runs each cell it reads (one JSON string a line), in its own process.
+STAND_IN_KERNEL = """
+import json, subprocess, sys, time
+for line in sys.stdin:
+    exec(json.loads(line))
+"""
+# A process that forks and exits, generation after generation, and spins: no process of it lives long, none is the
+# kernel's child, and the CPU time it uses is still its cell's.
+WALKER = """
+import os, time
+while True:
+    if os.fork():
+        os._exit(0)
+    start = time.time()
+    while time.time() - start < 0.05:
+        pass
+"""
+
+
+def _cell(kernel, code):
+    kernel.stdin.write(json.dumps(code) + "\n")
+    kernel.stdin.flush()
+
+
+def _until(condition, what, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_what_a_cells_processes_use_after_it_ended_counts_against_that_cell(job_of):
+    """graders/cell_groups.py: the kernel's new group for each cell; what a cell started stays in its own."""
+    from graders import cell_groups
+
+    job = job_of(64)
+    groups = cell_groups.CellGroups(job.paths)
+    if groups.root is None:
+        pytest.skip("no cgroup counts a job's CPU time here")
+    kernel = subprocess.Popen([sys.executable, "-c", "from graders import limits; limits.join()\n" + STAND_IN_KERNEL],
+                              stdin=subprocess.PIPE, text=True, env={**os.environ, **job.env(), "PYTHONPATH": os.getcwd()})
+    try:
+        _until(lambda: kernel.pid in limits.pids(groups.root), "the kernel joins its job")
+        groups.start(0)
+        _cell(kernel, f"subprocess.Popen([sys.executable, '-c', {WALKER!r}])\n"
+                      "kids = [subprocess.Popen(['sleep', '60']) for _ in range(3)]")
+        _until(lambda: len(limits.pids(groups.groups[0])) == 5, "cell 0's processes are born in its group")
+        groups.start(1)  # the kernel moves on; cell 0's processes stay
+        assert limits.pids(groups.groups[1]) == [kernel.pid]
+        _until(lambda: limits.cpu_seconds([groups.groups[0]]) - groups._cpu_at_start[0] >= 1.0, "the walker spins")
+        assert groups.culprit_by_cpu(1.0) == 0, "the CPU time cell 1 waited through was cell 0's walker's"
+        assert groups.culprit_by_processes() == 0
+        groups.start(2)
+        _cell(kernel, "t = time.process_time()\nwhile time.process_time() - t < 1.5:\n    pass")
+        _until(lambda: limits.cpu_seconds([groups.groups[2]]) - groups._cpu_at_start[2] >= 1.0, "the kernel spins")
+        assert groups.culprit_by_cpu(1.0) == 2, "the running cell's own CPU time is its own"
+        groups.start(3)
+        _cell(kernel, "kids = [subprocess.Popen(['sleep', '60']) for _ in range(6)]")
+        _until(lambda: len(limits.pids(groups.groups[3])) == 7, "cell 3's processes")
+        assert groups.culprit_by_processes() == 3
+        assert 1 not in groups.groups and 2 not in groups.groups, "a cell that left nothing running has no group left"
+    finally:
+        kernel.kill()
+        groups.close()
+    job.remove()
+    assert not any(os.path.exists(p) for p in job.paths), "the cells' groups go with the job's"
