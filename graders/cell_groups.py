@@ -49,8 +49,8 @@ class CellGroups:
         self.running = index
         if self.root is None:
             return
-        if self.first is None:
-            self.first = {identity for pid in limits.pids(self.root) if (identity := _identity(pid))}
+        if self.first is None:  # (the job's own group: the cells' groups below it are none of them)
+            self.first = {identity for pid in limits.pids(self.root, below=False) if (identity := _identity(pid))}
         path = os.path.join(self.root, f"{self._name}-{index}")
         try:
             os.makedirs(path, exist_ok=True)
@@ -70,18 +70,19 @@ class CellGroups:
 
     def culprit_by_processes(self) -> int | None:
         """The cell whose processes are most of the job's now (the running one on a tie)."""
-        counts = {cell: len(limits.pids(folder)) for cell, folder in self.groups.items()}
+        counts = {cell: len(limits.pids(folder)) for cell, folder in list(self.groups.items())}  # (the watch's thread)
         return max(counts, key=lambda cell: (counts[cell], cell == self.running)) if counts else self.running
 
     def culprit_by_cpu(self, limit: float) -> int | None:
-        """The cell that used up the job's `limit` CPU-seconds since the running cell started: the running cell when
-        its own processes used them, else the earlier cell whose processes used most (the running one if none did)."""
+        """The cell whose processes alone used `limit` CPU-seconds since the running cell started: the running cell
+        first, else the earlier cell whose processes used most; None when no cell's did yet (each cell's processes
+        have the limit to themselves). Without groups, the running cell: the job's time is all its own."""
         used = {cell: (limits.cpu_seconds([folder]) or 0.0) - self._cpu_at_start.get(cell, 0.0)
-                for cell, folder in self.groups.items()}
-        others = {cell: seconds for cell, seconds in used.items() if cell != self.running and seconds > 0}
-        if used.get(self.running, 0.0) >= limit or not others:
+                for cell, folder in list(self.groups.items())}
+        if not used or used.get(self.running, 0.0) >= limit:
             return self.running
-        return max(others, key=others.get)
+        over = {cell: seconds for cell, seconds in used.items() if seconds >= limit}
+        return max(over, key=over.get) if over else None
 
     def close(self) -> None:
         """After the run (its kernel and jail are gone): the groups that are empty are removed; the job's own

@@ -98,11 +98,13 @@ class CellTimeLimit:
         cpu = self._job_cpu_seconds()
         counted = cpu is not None and cpu_at_start is not None
         used = cpu - cpu_at_start if counted else waited  # nothing counts CPU time here: wall-clock time, as before
-        if counted and used >= limit and not getattr(self, "cell_over_limit", False):
+        over = getattr(self, "cell_over_limit", False)
+        if counted and used >= limit and not over:
             culprit = self.cell_groups.culprit_by_cpu(limit)
-            if culprit != self.cell_groups.running:  # an earlier cell's processes used the time, not this cell
+            if culprit not in (None, self.cell_groups.running):  # an earlier cell's processes used the time
                 raise cell_groups.LeftBehind(culprit)
-        if getattr(self, "cell_over_limit", False) or used >= limit:
+            over = culprit is not None  # (None: the job used the limit, no one cell's processes alone yet)
+        if over or (used >= limit and not counted):
             self.cell_over_limit = True
             reply = await super()._async_handle_timeout(int(limit), cell)  # interrupts the kernel
             if reply is not None:

@@ -162,10 +162,10 @@ def kill_all(paths: list[str]) -> None:
             time.sleep(0.1)
 
 
-def pids(path: str) -> list[int]:
-    """The processes in the group at `path` and in the groups below it (graders/cell_groups.py: one per cell)."""
+def pids(path: str, below: bool = True) -> list[int]:
+    """The processes in the group at `path` and (`below`) in the groups below it (graders/cell_groups.py: a cell's)."""
     found = []
-    for folder, _, _ in os.walk(path):
+    for folder in [folder for folder, _, _ in os.walk(path)] if below else [path]:
         try:
             with open(os.path.join(folder, "cgroup.procs")) as f:
                 found += [int(line) for line in f if line.strip()]
@@ -267,7 +267,10 @@ class ProcessLimitWatch:
 
     def _check(self) -> bool:
         if not self.fired and process_limit_hits(self.paths) > self._start:
-            self.culprit = self._blame() if self._blame else None
+            try:
+                self.culprit = self._blame() if self._blame else None
+            except Exception:  # noqa: BLE001 - whoever is to blame, the job is stopped
+                self.culprit = None
             self.fired = True
             kill_all(self.paths)
         return self.fired

@@ -159,6 +159,7 @@ def test_what_a_cells_processes_use_after_it_ended_counts_against_that_cell(job_
         _until(lambda: len(limits.pids(groups.groups[0])) == 5, "cell 0's processes are born in its group")
         groups.start(1)  # the kernel moves on; cell 0's processes stay
         assert limits.pids(groups.groups[1]) == [kernel.pid]
+        assert groups.culprit_by_cpu(1.0) is None, "no cell's processes used the limit yet"
         _until(lambda: limits.cpu_seconds([groups.groups[0]]) - groups._cpu_at_start[0] >= 1.0, "the walker spins")
         assert groups.culprit_by_cpu(1.0) == 0, "the CPU time cell 1 waited through was cell 0's walker's"
         assert groups.culprit_by_processes() == 0
