@@ -54,8 +54,9 @@ class CellGroups:
         path = os.path.join(self.root, f"{self._name}-{index}")
         try:
             os.makedirs(path, exist_ok=True)
-        except OSError:
-            return  # (its processes stay where they are: counted against the cell before)
+        except OSError:  # (no more groups: the job's time and processes are the running cell's, as without groups)
+            self.root, self.groups = None, {}
+            return
         for pid, started in self.first:
             if _identity(pid) == (pid, started):  # (the same process, not a later one with its number)
                 try:

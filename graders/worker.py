@@ -97,7 +97,8 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
             left = deadline - time.monotonic()
             if left <= 0:
                 return Outcome("not graded: " + TIMED_OUT)
-            limits.empty(limits.job_paths(job_env))  # whatever the last try left dying counts against no one
+            if skipped:  # what the last try left dying (a fork bomb's hundreds) counts against no one
+                limits.empty(limits.job_paths(job_env))
             Path(progress.name).touch()  # the watchdog counts from now
             Path(failure).unlink(missing_ok=True)
             proc = nbgrader(course, "autograde", lesson, f"--student={student}", "--create", "--force",
