@@ -1,4 +1,4 @@
-"""Each cell's processes in a cgroup of their own: what they use counts against the cell that started them.
+"""Each answer cell's processes in a cgroup of their own: what they use counts against the cell that started them.
 
 A cell can leave processes running after it ends: a fork bomb whose first fork returns at once, a program started in
 the background that spins, a process that forks and exits generation after generation. When they use up the job's
@@ -7,11 +7,13 @@ try, its points lost) while the cell that started them ran again. Here, before e
 had before its first cell (the kernel and its jail) move into a new group of the job's CPU-counting hierarchy
 (graders/limits.py). Every process the cell starts, and every process those start, is born in that group: a
 process's group is inherited at fork, survives reparenting and a new session, and no process of the jail can move
-itself. So the kernel, not /proc and not anything a submission writes, says which cell each process and each
-CPU-second of the job belongs to. Where the job has no such group (no cgroups here, or unsandboxed), every process
-is the running cell's, as before.
+itself. So the kernel, not /proc and not anything a submission writes, says which cell each process belongs to.
+Only a student's answer cell keeps what it left running in its own group: what any other cell leaves, and the fork
+servers the helpers start for every later cell's ranks (from a thread of the kernel, in whatever cell runs then), move
+along with the kernel, into the running cell's group. A job that reaches its process limit, or the running cell's CPU-seconds, is stopped for the cell whose
+group has most of its threads, or used most of that CPU time: the running one on a tie. Where the job has no such
+group (no cgroups here, or unsandboxed), everything is the running cell's, as before.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -21,6 +23,8 @@ from graders import limits
 
 LEFT_BEHIND = "processes the cell left running used up its job's processes or CPU time"
 _runs = itertools.count()
+SERVERS = (b"from multiprocessing.forkserver import main", b"from multiprocessing.resource_tracker import main",
+           b"helpers.fresh\x00--serve\x00")
 
 
 class LeftBehind(RuntimeError):
@@ -33,7 +37,7 @@ class LeftBehind(RuntimeError):
 
 
 class CellGroups:
-    """The groups of one run of a notebook (one kernel): `start(index)` before each cell, `close()` after the run."""
+    """The groups of one run of a notebook (one kernel): `start(index, answer)` before each cell, `close()` after."""
 
     def __init__(self, paths: list[str] | None = None):
         paths = limits.job_paths() if paths is None else paths
@@ -41,53 +45,56 @@ class CellGroups:
         self.first: set[tuple[int, int]] | None = None  # the job's processes before its first cell: (pid, start time)
         self.groups: dict[int, str] = {}  # cell index -> its group, while it has processes
         self.running: int | None = None
+        self._carried: set[int] = set()  # the cells (not answers) whose processes move along with the kernel
         self._cpu_at_start: dict[int, float] = {}
         self._name = f"cell-{os.getpid()}-{next(_runs)}"
 
-    def start(self, index: int) -> None:
-        """Cell `index` runs next: the job's first processes move into its group, where what it starts is born."""
+    def start(self, index: int, answer: bool = True) -> None:
+        """Cell `index` runs next: the job's first processes, and what cells other than answers left running, move into
+        its group, where what it starts is born. `answer`: a student's answer cell, whose processes stay its own."""
         self.running = index
         if self.root is None:
             return
         if self.first is None:  # (the job's own group: the cells' groups below it are none of them)
             self.first = {identity for pid in limits.pids(self.root, below=False) if (identity := _identity(pid))}
+            _sweep(self.root)  # the groups of earlier runs, left while their jails were dying
         path = os.path.join(self.root, f"{self._name}-{index}")
         try:
             os.makedirs(path, exist_ok=True)
         except OSError:  # (no more groups: the job's time and processes are the running cell's, as without groups)
             self.root, self.groups = None, {}
             return
-        for pid, started in self.first:
-            if _identity(pid) == (pid, started):  # (the same process, not a later one with its number)
-                try:
-                    limits.write(os.path.join(path, "cgroup.procs"), str(pid))
-                except OSError:
-                    pass  # it ended meanwhile
+        moving = [pid for pid, started in self.first if _identity(pid) == (pid, started)]  # (not a later one's number)
+        for cell, folder in list(self.groups.items()):
+            moving += [pid for pid in limits.pids(folder) if cell in self._carried or _serves_the_kernel(pid)]
+        for pid in moving:
+            try:
+                limits.write(os.path.join(path, "cgroup.procs"), str(pid))
+            except OSError:
+                pass  # it ended meanwhile
         self.groups[index] = path
         for cell, folder in list(self.groups.items()):
             if cell != index and _removed(folder):  # an earlier cell that left nothing running
                 del self.groups[cell]
+        self._carried = (self._carried & set(self.groups)) | ({index} if not answer else set())
         self._cpu_at_start = {cell: limits.cpu_seconds([folder]) or 0.0 for cell, folder in self.groups.items()}
 
     def culprit_by_processes(self) -> int | None:
-        """The cell whose processes are most of the job's now (the running one on a tie)."""
-        counts = {cell: len(limits.pids(folder)) for cell, folder in list(self.groups.items())}  # (the watch's thread)
-        return max(counts, key=lambda cell: (counts[cell], cell == self.running)) if counts else self.running
+        """The cell whose group has most of the job's threads now (what its process limit counts)."""
+        return self._most({cell: limits.threads(folder) for cell, folder in list(self.groups.items())})  # (a thread's)
 
-    def culprit_by_cpu(self, limit: float) -> int | None:
-        """The cell whose processes alone used `limit` CPU-seconds since the running cell started: the running cell
-        first, else the earlier cell whose processes used most; None when no cell's did yet (each cell's processes
-        have the limit to themselves). Without groups, the running cell: the job's time is all its own."""
-        used = {cell: (limits.cpu_seconds([folder]) or 0.0) - self._cpu_at_start.get(cell, 0.0)
-                for cell, folder in list(self.groups.items())}
-        if not used or used.get(self.running, 0.0) >= limit:
-            return self.running
-        over = {cell: seconds for cell, seconds in used.items() if seconds >= limit}
-        return max(over, key=over.get) if over else None
+    def culprit_by_cpu(self) -> int | None:
+        """The cell whose processes used most of the job's CPU time since the running cell started."""
+        return self._most({cell: (limits.cpu_seconds([folder]) or 0.0) - self._cpu_at_start.get(cell, 0.0)
+                           for cell, folder in list(self.groups.items())})
+
+    def _most(self, amounts: dict[int, float]) -> int | None:
+        """The cell with the largest amount: the running one on a tie, and where there are no groups."""
+        return max(amounts, key=lambda cell: (amounts[cell], cell == self.running)) if amounts else self.running
 
     def close(self) -> None:
-        """After the run (its kernel and jail are gone): the groups that are empty are removed; the job's own
-        removal (limits.JobGroups.remove) kills and removes what is left."""
+        """After the run: its empty groups are removed now; those whose processes were still dying, by the next run's
+        first cell, or with the job's groups (limits.JobGroups.remove)."""
         for folder in self.groups.values():
             _removed(folder)
         self.groups = {}
@@ -119,6 +126,24 @@ def _identity(pid: int) -> tuple[int, int] | None:
             return pid, int(f.read().rsplit(")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _serves_the_kernel(pid: int) -> bool:
+    """One of the servers the course's helpers start for later cells, from a thread of the kernel, in whatever cell runs
+    then: the ranks' fork server (multiprocessing's, and its resource tracker) and helpers.fresh's. (A program that
+    calls itself one only moves along with the kernel: what it uses is then the running cell's, as without groups.)"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = f.read(4096)
+    except OSError:
+        return False
+    return any(marker in command for marker in SERVERS)
+
+
+def _sweep(root: str) -> None:
+    for name in os.listdir(root):
+        if name.startswith("cell-"):
+            _removed(os.path.join(root, name))
 
 
 def _removed(folder: str) -> bool:

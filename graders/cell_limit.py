@@ -77,10 +77,11 @@ class CellTimeLimit:
         finally:
             self.cell_groups.close()
 
-    def start_cell_clock(self, index: int) -> None:
-        """Before cell `index`: its limit counts from here, and what it starts is born in its own group."""
+    def start_cell_clock(self, index: int, answer: bool = True) -> None:
+        """Before cell `index`: its limit counts from here, and what it starts is born in its own group (an `answer`
+        cell's stays there: graders/cell_groups.py)."""
         self.cell_over_limit = False
-        self.cell_groups.start(index)
+        self.cell_groups.start(index, answer)
         self._cell_started = (time.monotonic(), self._job_cpu_seconds())
 
     def _job_cpu_seconds(self) -> float | None:
@@ -98,13 +99,11 @@ class CellTimeLimit:
         cpu = self._job_cpu_seconds()
         counted = cpu is not None and cpu_at_start is not None
         used = cpu - cpu_at_start if counted else waited  # nothing counts CPU time here: wall-clock time, as before
-        over = getattr(self, "cell_over_limit", False)
-        if counted and used >= limit and not over:
-            culprit = self.cell_groups.culprit_by_cpu(limit)
-            if culprit not in (None, self.cell_groups.running):  # an earlier cell's processes used the time
+        if counted and used >= limit and not getattr(self, "cell_over_limit", False):
+            culprit = self.cell_groups.culprit_by_cpu()
+            if culprit != self.cell_groups.running:  # an earlier answer cell's processes used most of the time
                 raise cell_groups.LeftBehind(culprit)
-            over = culprit is not None  # (None: the job used the limit, no one cell's processes alone yet)
-        if over or (used >= limit and not counted):
+        if getattr(self, "cell_over_limit", False) or used >= limit:
             self.cell_over_limit = True
             reply = await super()._async_handle_timeout(int(limit), cell)  # interrupts the kernel
             if reply is not None:

@@ -115,6 +115,7 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
     def reset_execution_trackers(self):
         super().reset_execution_trackers()
         self._printed, self._cell_total, self._dropped, self._notebook_total, self._stubs = {}, {}, set(), 0, {}
+        self._hits = None  # the job's process-limit hits when the last cell's watch ended (graders/limits.py)
 
     def preprocess(self, nb, resources=None, km=None):
         try:
@@ -143,8 +144,8 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
             return cell, resources
         if cell.cell_type == "code":
             cell_groups.write_progress(index)
-        watch = limits.ProcessLimitWatch(blame=self.cell_groups.culprit_by_processes)
-        self.start_cell_clock(index)  # its time limit, and a group for its processes: graders/cell_limit.py
+        watch = limits.ProcessLimitWatch(blame=self.cell_groups.culprit_by_processes, since=self._hits)
+        self.start_cell_clock(index, answer=bool(cell.metadata.get("nbgrader", {}).get("solution")) and not inserted)
         try:
             with watch:
                 if inserted:  # the grader's own cells stay out of the kernel's history
@@ -156,11 +157,14 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
             if isinstance(error, CellTimeoutError) and not (watch.fired or self.cell_over_limit):
                 # its reply came, but not all its outputs within iopub_timeout: the machine's speed, not the cell
                 error = cell_limit.CellTooSlow(f"the cell's outputs did not all arrive within {self.iopub_timeout} s")
-            stop = error if isinstance(error, cell_limit.CellTooSlow) else cell_groups.stopped(index, watch, error)
+            slow = isinstance(error, cell_limit.CellTooSlow) and not watch.fired
+            stop = error if slow else cell_groups.stopped(index, watch, error)
             record_failure(type(stop).__name__)
             if stop is error:
                 raise error
             raise stop from error
+        finally:
+            self._hits = watch.hits
         if watch.fired:
             stop = cell_groups.stopped(index, watch, None)
             record_failure(type(stop).__name__)

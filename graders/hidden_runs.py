@@ -121,13 +121,13 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
                 execute.record_failure(type(error).__name__)
                 raise
             left = isinstance(error, cell_groups.LeftBehind)
-            return ("it used up its processes" if watch.fired or left else "the kernel died or hung"), \
+            why = "processes it left running used up the job's" if left else "it used up its processes"
+            return (why if watch.fired or left else "the kernel died or hung"), \
                 self._culprit(run, error.cell if left else watch.culprit if watch.fired else None)
         return ("it used up its processes", self._culprit(run, watch.culprit)) if watch.fired else (None, None)
 
     def _culprit(self, run, index: int | None) -> str | None:
-        """The exercise whose answer killed the run's kernel, in its cell or its function in a collect cell: the running
-        cell's, or cell `index`'s, whose processes used up the job's (graders/cell_groups.py)."""
+        """The exercise whose answer (cell or function) killed the run's kernel: cell `index`'s, else the running one's."""
         index = self._running if index is None else index
         part = {} if index is None else run.cells[index].metadata.get(PART, {})
         if part.get("kind") == "collect":
@@ -139,7 +139,7 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
         progress = os.environ.get("GRADER_PROGRESS_FILE")
         if progress and os.path.exists(progress):
             os.utime(progress)  # the pipeline's watchdog sees a grading that goes on
-        self.start_cell_clock(index)
+        self.start_cell_clock(index, answer=cell.metadata.get(PART, {}).get("kind") == "answer")
         self._check_assign_resources(resources)  # nbconvert's preprocess_cell, but out of the kernel's history
         cell, resources = self.execute_cell(cell, index, store_history=False), self.resources
         part = cell.metadata.get(PART, {})

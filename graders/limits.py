@@ -174,6 +174,18 @@ def pids(path: str, below: bool = True) -> list[int]:
     return found
 
 
+def threads(path: str) -> int:
+    """How many threads are in the group at `path` itself (what its job's process limit counts: pids.max counts
+    threads), v1's `tasks` or v2's `cgroup.threads`."""
+    for name in ("tasks", "cgroup.threads"):
+        try:
+            with open(os.path.join(path, name)) as f:
+                return sum(1 for line in f if line.strip())
+        except OSError:
+            continue
+    return 0
+
+
 def empty(paths: list[str], wait_s: float = 10.0) -> None:
     """Kill every process of the job's groups and wait (up to `wait_s`) until none counts against the job: a new
     try of a submission starts with all of its job's processes free, whatever the last try left dying."""
@@ -246,16 +258,18 @@ class ProcessLimitWatch:
 
     POLL_S = 0.2
 
-    def __init__(self, paths: list[str] | None = None, blame=None):
+    def __init__(self, paths: list[str] | None = None, blame=None, since: int | None = None):
         """`blame`: a function that names the cell whose processes these are (graders/cell_groups.py), asked once,
-        before they are killed; its answer is `culprit`."""
+        before they are killed; its answer is `culprit`. `since`: the count of hits the last cell's watch ended with
+        (`hits`), so that hits between two cells (a cell's processes filled the job after it ended) count too."""
         self.paths = [p for p in (job_paths() if paths is None else paths) if os.path.exists(os.path.join(p, "pids.events"))]
-        self.fired, self.culprit, self._blame = False, None, blame
+        self.fired, self.culprit, self._blame, self._since = False, None, blame, since
+        self.hits: int | None = None
         self._done = threading.Event()
 
     def __enter__(self) -> "ProcessLimitWatch":
         if self.paths:
-            self._start = process_limit_hits(self.paths)
+            self._start = process_limit_hits(self.paths) if self._since is None else self._since
             self._thread = threading.Thread(target=self._watch, daemon=True)
             self._thread.start()
         return self
@@ -280,6 +294,7 @@ class ProcessLimitWatch:
             self._done.set()
             self._thread.join()
             self._check()  # a cell that ended (its fork failed) with the job still at its limit
+            self.hits = process_limit_hits(self.paths)
 
 
 def join(pid: int | None = None, paths: list[str] | None = None) -> None:

@@ -141,8 +141,9 @@ def _until(condition, what, seconds=60):
         time.sleep(0.05)
 
 
-def test_what_a_cells_processes_use_after_it_ended_counts_against_that_cell(job_of):
-    """graders/cell_groups.py: the kernel's new group for each cell; what a cell started stays in its own."""
+def test_what_an_answer_cells_processes_use_after_it_ended_counts_against_that_cell(job_of):
+    """graders/cell_groups.py: the kernel's new group for each cell; what an answer cell started stays in its own,
+    what another cell started (an import cell's fork servers) goes along with the kernel."""
     from graders import cell_groups
 
     job = job_of(64)
@@ -159,21 +160,45 @@ def test_what_a_cells_processes_use_after_it_ended_counts_against_that_cell(job_
         _until(lambda: len(limits.pids(groups.groups[0])) == 5, "cell 0's processes are born in its group")
         groups.start(1)  # the kernel moves on; cell 0's processes stay
         assert limits.pids(groups.groups[1]) == [kernel.pid]
-        assert groups.culprit_by_cpu(1.0) is None, "no cell's processes used the limit yet"
         _until(lambda: limits.cpu_seconds([groups.groups[0]]) - groups._cpu_at_start[0] >= 1.0, "the walker spins")
-        assert groups.culprit_by_cpu(1.0) == 0, "the CPU time cell 1 waited through was cell 0's walker's"
+        assert groups.culprit_by_cpu() == 0, "the CPU time cell 1 waited through was cell 0's walker's"
         assert groups.culprit_by_processes() == 0
+        limits.kill_all([groups.groups[0]])
         groups.start(2)
+        assert set(groups.groups) == {2}, "a cell that left nothing running has no group left"
         _cell(kernel, "t = time.process_time()\nwhile time.process_time() - t < 1.5:\n    pass")
         _until(lambda: limits.cpu_seconds([groups.groups[2]]) - groups._cpu_at_start[2] >= 1.0, "the kernel spins")
-        assert groups.culprit_by_cpu(1.0) == 2, "the running cell's own CPU time is its own"
-        groups.start(3)
-        _cell(kernel, "kids = [subprocess.Popen(['sleep', '60']) for _ in range(6)]")
+        assert groups.culprit_by_cpu() == 2, "the running cell's own CPU time is its own"
+        groups.start(3, answer=False)  # a cell of the lesson's, not an answer: what it leaves follows the kernel
+        _cell(kernel, "servers = [subprocess.Popen(['sleep', '60']) for _ in range(6)]")
         _until(lambda: len(limits.pids(groups.groups[3])) == 7, "cell 3's processes")
-        assert groups.culprit_by_processes() == 3
-        assert 1 not in groups.groups and 2 not in groups.groups, "a cell that left nothing running has no group left"
+        groups.start(4)
+        assert len(limits.pids(groups.groups[4])) == 7 and set(groups.groups) == {4}
+        assert groups.culprit_by_processes() == 4
     finally:
         kernel.kill()
         groups.close()
     job.remove()
     assert not any(os.path.exists(p) for p in job.paths), "the cells' groups go with the job's"
+
+
+def test_the_servers_the_helpers_start_for_later_cells_are_known_by_their_command_lines():
+    """What lesson 2, 4 and 5's import cells start from a thread of the kernel (it may run in any later cell) moves
+    along with the kernel (graders/cell_groups.py), or every later cell's ranks would be counted against one answer."""
+    import psutil
+
+    from graders import cell_groups
+
+    code = ("import time\nfrom helpers import fresh, launch, xla\nfresh.in_kernel = lambda: True\n"
+            "launch.warm_up()\nfresh.start_in_background(xla.CPU_SERVER.start_in_background)\ntime.sleep(60)")
+    kernel = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        _until(lambda: len(psutil.Process(kernel.pid).children()) >= 2, "the servers start", seconds=120)
+        time.sleep(2)  # (helpers.fresh's XLA server, where torch_xla is installed)
+        children = psutil.Process(kernel.pid).children()
+        assert all(cell_groups._serves_the_kernel(child.pid) for child in children), [c.cmdline() for c in children]
+        assert not cell_groups._serves_the_kernel(kernel.pid)
+    finally:
+        for child in psutil.Process(kernel.pid).children(recursive=True):
+            child.kill()
+        kernel.kill()
