@@ -1,4 +1,4 @@
-"""Each answer cell's processes in a cgroup of their own: what they use counts against the cell that started them.
+"""Each cell's processes in a cgroup of their own: what they use counts against the cell that started them.
 
 A cell can leave processes running after it ends: a fork bomb whose first fork returns at once, a program started in
 the background that spins, a process that forks and exits generation after generation. When they use up the job's
@@ -7,13 +7,15 @@ try, its points lost) while the cell that started them ran again. Here, before e
 had before its first cell (the kernel and its jail) move into a new group of the job's CPU-counting hierarchy
 (graders/limits.py). Every process the cell starts, and every process those start, is born in that group: a
 process's group is inherited at fork, survives reparenting and a new session, and no process of the jail can move
-itself. So the kernel, not /proc and not anything a submission writes, says which cell each process belongs to.
-Only a student's answer cell keeps what it left running in its own group: what any other cell leaves, and the fork
-servers the helpers start for every later cell's ranks (from a thread of the kernel, in whatever cell runs then), move
-along with the kernel, into the running cell's group. A job that reaches its process limit, or the running cell's CPU-seconds, is stopped for the cell whose
-group has most of its threads, or used most of that CPU time: the running one on a tie. Where the job has no such
-group (no cgroups here, or unsandboxed), everything is the running cell's, as before.
+itself. A cell that runs the student's code (an answer, or a test that calls it) keeps what it left running in its
+own group. What the lesson's other cells leave, and the servers the helpers start for every later cell (the ranks'
+fork server: from a kernel thread, in whatever cell runs then; known by their command lines, which is all a process
+that calls itself one gains: what it uses counts as the running cell's, as before), move along with the kernel into
+the running cell's group. A job that reaches its process limit, or the running cell's CPU-seconds, is stopped for the
+cell whose group has most of its threads, or used most of that CPU time: the running one on a tie. Where the job has
+no such group (no cgroups here, or unsandboxed), everything is the running cell's, as before.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -37,7 +39,7 @@ class LeftBehind(RuntimeError):
 
 
 class CellGroups:
-    """The groups of one run of a notebook (one kernel): `start(index, answer)` before each cell, `close()` after."""
+    """The groups of one run of a notebook (one kernel): `start(index, student)` before each cell, `close()` after."""
 
     def __init__(self, paths: list[str] | None = None):
         paths = limits.job_paths() if paths is None else paths
@@ -45,13 +47,14 @@ class CellGroups:
         self.first: set[tuple[int, int]] | None = None  # the job's processes before its first cell: (pid, start time)
         self.groups: dict[int, str] = {}  # cell index -> its group, while it has processes
         self.running: int | None = None
-        self._carried: set[int] = set()  # the cells (not answers) whose processes move along with the kernel
+        self._carried: set[int] = set()  # the cells (not the student's) whose processes move along with the kernel
         self._cpu_at_start: dict[int, float] = {}
         self._name = f"cell-{os.getpid()}-{next(_runs)}"
 
-    def start(self, index: int, answer: bool = True) -> None:
-        """Cell `index` runs next: the job's first processes, and what cells other than answers left running, move into
-        its group, where what it starts is born. `answer`: a student's answer cell, whose processes stay its own."""
+    def start(self, index: int, student: bool = True) -> None:
+        """Cell `index` runs next: the job's first processes, what the lesson's own cells left running and the helpers'
+        servers move into its group, where what it starts is born. `student`: a cell that runs the student's code,
+        whose processes stay its own."""
         self.running = index
         if self.root is None:
             return
@@ -76,7 +79,7 @@ class CellGroups:
         for cell, folder in list(self.groups.items()):
             if cell != index and _removed(folder):  # an earlier cell that left nothing running
                 del self.groups[cell]
-        self._carried = (self._carried & set(self.groups)) | ({index} if not answer else set())
+        self._carried = (self._carried & set(self.groups)) | ({index} if not student else set())
         self._cpu_at_start = {cell: limits.cpu_seconds([folder]) or 0.0 for cell, folder in self.groups.items()}
 
     def culprit_by_processes(self) -> int | None:
@@ -130,8 +133,12 @@ def _identity(pid: int) -> tuple[int, int] | None:
 
 def _serves_the_kernel(pid: int) -> bool:
     """One of the servers the course's helpers start for later cells, from a thread of the kernel, in whatever cell runs
-    then: the ranks' fork server (multiprocessing's, and its resource tracker) and helpers.fresh's. (A program that
-    calls itself one only moves along with the kernel: what it uses is then the running cell's, as without groups.)"""
+    then: the ranks' fork server (multiprocessing's, and its resource tracker) and helpers.fresh's; not what a server
+    forked (a rank keeps its server's command line), which is the cell's that asked for it."""
+    return _is_server(pid) and not _is_server(_parent(pid))
+
+
+def _is_server(pid: int | None) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             command = f.read(4096)
@@ -140,8 +147,20 @@ def _serves_the_kernel(pid: int) -> bool:
     return any(marker in command for marker in SERVERS)
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _sweep(root: str) -> None:
-    for name in os.listdir(root):
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
         if name.startswith("cell-"):
             _removed(os.path.join(root, name))
 

@@ -77,11 +77,11 @@ class CellTimeLimit:
         finally:
             self.cell_groups.close()
 
-    def start_cell_clock(self, index: int, answer: bool = True) -> None:
-        """Before cell `index`: its limit counts from here, and what it starts is born in its own group (an `answer`
-        cell's stays there: graders/cell_groups.py)."""
+    def start_cell_clock(self, index: int, student: bool = True) -> None:
+        """Before cell `index`: its limit counts from here, and what it starts is born in its own group (where it stays
+        for a `student` cell, one that runs the student's code: graders/cell_groups.py)."""
         self.cell_over_limit = False
-        self.cell_groups.start(index, answer)
+        self.cell_groups.start(index, student)
         self._cell_started = (time.monotonic(), self._job_cpu_seconds())
 
     def _job_cpu_seconds(self) -> float | None:
@@ -101,7 +101,7 @@ class CellTimeLimit:
         used = cpu - cpu_at_start if counted else waited  # nothing counts CPU time here: wall-clock time, as before
         if counted and used >= limit and not getattr(self, "cell_over_limit", False):
             culprit = self.cell_groups.culprit_by_cpu()
-            if culprit != self.cell_groups.running:  # an earlier answer cell's processes used most of the time
+            if culprit != self.cell_groups.running:  # an earlier cell's processes used most of the time
                 raise cell_groups.LeftBehind(culprit)
         if getattr(self, "cell_over_limit", False) or used >= limit:
             self.cell_over_limit = True

@@ -145,7 +145,9 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
         if cell.cell_type == "code":
             cell_groups.write_progress(index)
         watch = limits.ProcessLimitWatch(blame=self.cell_groups.culprit_by_processes, since=self._hits)
-        self.start_cell_clock(index, answer=bool(cell.metadata.get("nbgrader", {}).get("solution")) and not inserted)
+        meta = cell.metadata.get("nbgrader", {})
+        student = bool(meta.get("solution") or meta.get("grade")) or HIDDEN_PART in cell.metadata  # runs their code
+        self.start_cell_clock(index, student)
         try:
             with watch:
                 if inserted:  # the grader's own cells stay out of the kernel's history
@@ -169,7 +171,6 @@ class CrashSafeExecute(cell_limit.CellTimeLimit, Execute):
             stop = cell_groups.stopped(index, watch, None)
             record_failure(type(stop).__name__)
             raise stop
-        meta = cell.metadata.get("nbgrader", {})
         if self.cell_over_limit and meta.get("solution") and not meta.get("grade"):
             resources.setdefault(OVER_LIMIT, set()).add(meta.get("grade_id"))
         if meta.get("grade") or HIDDEN_PART in cell.metadata:

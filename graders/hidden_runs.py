@@ -139,7 +139,7 @@ class HiddenRuns(cell_limit.CellTimeLimit, Execute):
         progress = os.environ.get("GRADER_PROGRESS_FILE")
         if progress and os.path.exists(progress):
             os.utime(progress)  # the pipeline's watchdog sees a grading that goes on
-        self.start_cell_clock(index, answer=cell.metadata.get(PART, {}).get("kind") == "answer")
+        self.start_cell_clock(index, student=cell.metadata.get(PART, {}).get("kind") in ("answer", "tests", "collect"))
         self._check_assign_resources(resources)  # nbconvert's preprocess_cell, but out of the kernel's history
         cell, resources = self.execute_cell(cell, index, store_history=False), self.resources
         part = cell.metadata.get(PART, {})

@@ -294,7 +294,7 @@ class ProcessLimitWatch:
             self._done.set()
             self._thread.join()
             self._check()  # a cell that ended (its fork failed) with the job still at its limit
-            self.hits = process_limit_hits(self.paths)
+            self.hits = process_limit_hits(self.paths) if self.fired else self._start  # (a later hit is the next's)
 
 
 def join(pid: int | None = None, paths: list[str] | None = None) -> None:

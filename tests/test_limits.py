@@ -169,7 +169,7 @@ def test_what_an_answer_cells_processes_use_after_it_ended_counts_against_that_c
         _cell(kernel, "t = time.process_time()\nwhile time.process_time() - t < 1.5:\n    pass")
         _until(lambda: limits.cpu_seconds([groups.groups[2]]) - groups._cpu_at_start[2] >= 1.0, "the kernel spins")
         assert groups.culprit_by_cpu() == 2, "the running cell's own CPU time is its own"
-        groups.start(3, answer=False)  # a cell of the lesson's, not an answer: what it leaves follows the kernel
+        groups.start(3, student=False)  # a cell of the lesson's own: what it leaves follows the kernel
         _cell(kernel, "servers = [subprocess.Popen(['sleep', '60']) for _ in range(6)]")
         _until(lambda: len(limits.pids(groups.groups[3])) == 7, "cell 3's processes")
         groups.start(4)
