@@ -124,9 +124,15 @@ def write_progress(index: int) -> None:
 
 def _identity(pid: int) -> tuple[int, int] | None:
     """(pid, its start time in clock ticks since boot): one process, whatever number the system gives later."""
+    started = _stat_field(pid, 19)
+    return None if started is None else (pid, started)
+
+
+def _stat_field(pid: int | None, index: int) -> int | None:
+    """Field `index` of /proc/`pid`/stat, counted after the command's name (1: the parent, 19: the start time)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return pid, int(f.read().rsplit(")", 1)[1].split()[19])
+            return int(f.read().rsplit(")", 1)[1].split()[index])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -135,7 +141,7 @@ def _serves_the_kernel(pid: int) -> bool:
     """One of the servers the course's helpers start for later cells, from a thread of the kernel, in whatever cell runs
     then: the ranks' fork server (multiprocessing's, and its resource tracker) and helpers.fresh's; not what a server
     forked (a rank keeps its server's command line), which is the cell's that asked for it."""
-    return _is_server(pid) and not _is_server(_parent(pid))
+    return _is_server(pid) and not _is_server(_stat_field(pid, 1))
 
 
 def _is_server(pid: int | None) -> bool:
@@ -146,13 +152,6 @@ def _is_server(pid: int | None) -> bool:
         return False
     return any(marker in command for marker in SERVERS)
 
-
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _sweep(root: str) -> None:

@@ -109,7 +109,7 @@ def execute_in(course: Path, task: Task, slots: Slots, uid: int, job_env: dict) 
                 break
             why = reason(proc, failure)
             cell = _read_int(progress.name)
-            skippable = why in (KERNEL_DIED, KERNEL_HUNG, limits.PROCESS_LIMIT, cell_groups.LEFT_BEHIND) and cell is not None
+            skippable = why in SKIPPABLE and cell is not None
             if not skippable or cell in skipped or len(skipped) >= MAX_CRASHES:
                 return Outcome("not graded: " + why + (f" (cell {cell})" if why == TOO_SLOW and cell is not None else ""),
                                log=proc.stderr[-LOG_CHARS:])
@@ -178,7 +178,9 @@ def _read_int(path: str) -> int | None:
 # the status it gives the submission. Only the grader's own observations decide a status: a kernel can write
 # anything on its stderr, which nbgrader's output carries.
 FAILURES = {"DeadKernelError": KERNEL_DIED, "CellTimeoutError": KERNEL_HUNG, "ProcessLimitReached": limits.PROCESS_LIMIT,
-            "LeftBehind": cell_groups.LEFT_BEHIND, "CellTooSlow": TOO_SLOW}  # (graders/cell_limit.py: no verdict, not even on that cell)
+            "LeftBehind": cell_groups.LEFT_BEHIND,
+            "CellTooSlow": TOO_SLOW}  # (graders/cell_limit.py: no verdict, not even on that cell)
+SKIPPABLE = (KERNEL_DIED, KERNEL_HUNG, limits.PROCESS_LIMIT, cell_groups.LEFT_BEHIND)  # a try that stopped for a cell
 
 
 def reason(proc, failure_file: str | None = None) -> str:

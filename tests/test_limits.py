@@ -151,7 +151,8 @@ def test_what_an_answer_cells_processes_use_after_it_ended_counts_against_that_c
     if groups.root is None:
         pytest.skip("no cgroup counts a job's CPU time here")
     kernel = subprocess.Popen([sys.executable, "-c", "from graders import limits; limits.join()\n" + STAND_IN_KERNEL],
-                              stdin=subprocess.PIPE, text=True, env={**os.environ, **job.env(), "PYTHONPATH": os.getcwd()})
+                              stdin=subprocess.PIPE, text=True,
+                              env={**os.environ, **job.env(), "PYTHONPATH": os.getcwd()})
     try:
         _until(lambda: kernel.pid in limits.pids(groups.root), "the kernel joins its job")
         groups.start(0)
